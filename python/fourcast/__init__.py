@@ -1,0 +1,36 @@
+"""fourcast: bit-exact 4-bit codecs, FP4 training emulation, shrinkage-bias analysis
+and a cycle/throughput model of FP4 hardware.
+
+numpy is the only required dependency; torch-based parts (kernels, nn, train) load
+lazily and say how to install them when missing.
+"""
+
+from fourcast import _core
+from fourcast.errors import (
+    ConfigError,
+    FormatError,
+    FourcastError,
+    HardwareError,
+    MissingDependencyError,
+    NonFiniteError,
+    RecipeError,
+    ShapeError,
+)
+
+from fourcast.recipes import Recipe, recipe
+
+__version__ = _core.__version__
+
+__all__ = [
+    "ConfigError",
+    "FormatError",
+    "FourcastError",
+    "HardwareError",
+    "MissingDependencyError",
+    "NonFiniteError",
+    "Recipe",
+    "RecipeError",
+    "ShapeError",
+    "__version__",
+    "recipe",
+]

@@ -1,0 +1,5 @@
+import sys
+
+from fourcast.cli import main
+
+sys.exit(main())

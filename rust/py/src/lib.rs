@@ -1,0 +1,16 @@
+//! Python bindings of fourcast-core: numpy in/out, GIL released around heavy work,
+//! errors mapped once (errors.rs). No numerics live here; each area has one file.
+
+use pyo3::prelude::*;
+
+mod errors;
+mod formats;
+mod recipe;
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", fourcast_core::VERSION)?;
+    formats::register(m)?;
+    recipe::register(m)?;
+    Ok(())
+}
