@@ -6,6 +6,7 @@
 //! statistics), `recipe` (one recipe definition for training and the model),
 //! `hw` (cycle/throughput model of FP4 datapaths). No Python here.
 
+pub mod bias;
 pub mod error;
 pub mod formats;
 pub mod recipe;
