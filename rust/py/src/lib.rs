@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod bias;
 mod errors;
 mod formats;
 mod recipe;
@@ -10,6 +11,7 @@ mod recipe;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", fourcast_core::VERSION)?;
+    bias::register(m)?;
     formats::register(m)?;
     recipe::register(m)?;
     Ok(())
