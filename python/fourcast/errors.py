@@ -17,6 +17,10 @@ class NonFiniteError(FormatError):
     """NaN or Inf given to a quantizer (fourcast refuses them rather than guess)."""
 
 
+class KernelInputError(FourcastError, ValueError):
+    """A tensor a GPU kernel entry cannot take: on the CPU, or not contiguous."""
+
+
 class RecipeError(FourcastError, ValueError):
     """A recipe that is unknown or inconsistent."""
 
@@ -43,3 +47,8 @@ def require(module: str, extra: str = "train"):
         raise MissingDependencyError(
             f"{module} is needed for this; install it with: pip install 'fourcast[{extra}]'"
         ) from exc
+
+
+class TrainError(FourcastError, ValueError):
+    """Bad training input: a missing or empty data path, an unknown model preset, a
+    model too big for the device, a checkpoint that does not match the run."""

@@ -1,0 +1,297 @@
+"""Public entry points of the kernels package, registered as torch custom ops
+(`torch.ops.fourcast.*`, opaque to torch.compile, with fake implementations for
+tracing).
+
+Dispatch: a CUDA tensor goes to the Triton kernels, a CPU tensor to the PyTorch
+reference (reference.py), which is bit-exact to the Rust codec. There is no silent
+fallback: a CUDA input in a case no Triton path covers raises NotImplementedError
+naming it. CPU inputs with NaN/Inf raise NonFiniteError (as the Rust codec does); on
+CUDA a non-finite block gets its scale format's NaN byte (docs/conventions.md).
+
+Input rules (tested in tests/interpret/test_ops_errors.py): float32/bfloat16/float16
+only (FormatError otherwise); a non-contiguous input is copied to a contiguous one
+first (the Triton kernels themselves refuse non-contiguous tensors with
+KernelInputError); the length along the block axis must be a multiple of the block
+and of the RHT size (ShapeError); unknown format names raise FormatError.
+
+Example:
+    >>> import torch
+    >>> from fourcast.kernels import ops
+    >>> nvfp4 = dict(element="e2m1", scale="e4m3", block=16, tile_2d=False, rule="te")
+    >>> x = torch.randn(4, 64)
+    >>> p = ops.quantize(x, nvfp4)
+    >>> bool((ops.dequantize(p, torch.float32) == ops.fake_quant(x.float(), nvfp4)).all())
+    True
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from fourcast.errors import NonFiniteError, ShapeError
+from fourcast.kernels import reference
+from fourcast.kernels.utils import (
+    Packed,
+    check_input,
+    check_layout,
+    check_rht,
+    check_rounding,
+    flat2d,
+    normalize_axis,
+    parse_fmt,
+)
+
+__all__ = ["Packed", "quantize", "dequantize", "fake_quant", "gemm", "rht", "rht_signs", "quantize_rowcol"]
+
+
+def _fmt_json(spec) -> str:
+    return json.dumps(spec.as_dict(), sort_keys=True)
+
+
+def _spec(fmt_json: str):
+    return parse_fmt(json.loads(fmt_json))
+
+
+def _check_finite(x: torch.Tensor) -> None:
+    bad = ~torch.isfinite(x)
+    count = int(bad.sum())
+    if count:
+        first = int(bad.reshape(-1).nonzero()[0])
+        raise NonFiniteError(f"{count} non-finite value(s) in the input; first at flat index {first}")
+
+
+def _prepare(x: torch.Tensor, fmt, axis, rounding, rht):
+    check_input(x)
+    spec = parse_fmt(fmt)
+    check_rounding(rounding)
+    axis = normalize_axis(axis)
+    rht = check_rht(rht, x.device)
+    r, c = flat2d(x.shape)
+    m, k = (r, c) if axis == -1 else (c, r)
+    check_layout(spec, m, k, rht)
+    return x.contiguous(), spec, axis, rht, m, k
+
+
+def _amax_arg(tensor_amax, device):
+    if tensor_amax is None:
+        return None
+    return torch.as_tensor(tensor_amax, dtype=torch.float32, device=device).reshape(())
+
+
+def _packed_shapes(spec, m: int, k: int):
+    codes = (m, k // 2) if spec.packed else (m, k)
+    if spec.per_tensor:
+        scales = (0,)
+    elif spec.tile_2d:
+        scales = (m // 16, k // 16)
+    else:
+        scales = (m, k // spec.block)
+    return codes, scales
+
+
+# ------------------------------------------------------------------ custom ops
+
+@torch.library.custom_op("fourcast::quantize", mutates_args=())
+def _quantize_op(x: torch.Tensor, fmt_json: str, axis: int, rounding: str, seed: int, offset: int,
+                 rht_n: int, signs: torch.Tensor | None, tensor_amax: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    spec = _spec(fmt_json)
+    rht = None if rht_n == 0 else (rht_n, signs)
+    if x.is_cuda:
+        from fourcast.kernels import quantize as qk
+
+        p = qk.quantize(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
+                        tensor_amax=tensor_amax)
+    else:
+        _check_finite(x)
+        p = reference.quantize(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
+                               tensor_amax=tensor_amax)
+    return p.codes, p.scales, p.tensor_scale, p.amax
+
+
+@_quantize_op.register_fake
+def _(x, fmt_json, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
+    spec = _spec(fmt_json)
+    r, c = flat2d(x.shape)
+    m, k = (r, c) if axis == -1 else (c, r)
+    cs, ss = _packed_shapes(spec, m, k)
+    return (x.new_empty(cs, dtype=torch.uint8), x.new_empty(ss, dtype=torch.uint8),
+            x.new_empty((), dtype=torch.float32), x.new_empty((), dtype=torch.float32))
+
+
+@torch.library.custom_op("fourcast::fake_quant", mutates_args=())
+def _fake_quant_op(x: torch.Tensor, fmt_json: str, axis: int, rounding: str, seed: int, offset: int,
+                   rht_n: int, signs: torch.Tensor | None, tensor_amax: torch.Tensor | None) -> torch.Tensor:
+    spec = _spec(fmt_json)
+    rht = None if rht_n == 0 else (rht_n, signs)
+    if x.is_cuda:
+        from fourcast.kernels import fake_quant as fk
+
+        return fk.fake_quant(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
+                             tensor_amax=tensor_amax)
+    _check_finite(x)
+    return reference.fake_quant(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
+                                tensor_amax=tensor_amax)
+
+
+@_fake_quant_op.register_fake
+def _(x, fmt_json, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("fourcast::dequantize", mutates_args=())
+def _dequantize_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor, fmt_json: str,
+                   shape: list[int], axis: int, dtype: torch.dtype) -> torch.Tensor:
+    p = Packed(codes, scales, tensor_scale, tensor_scale, json.loads(fmt_json), tuple(shape), axis)
+    if codes.is_cuda:
+        from fourcast.kernels import quantize as qk
+
+        return qk.dequantize(p, dtype)
+    return reference.dequantize(p, dtype)
+
+
+@_dequantize_op.register_fake
+def _(codes, scales, tensor_scale, fmt_json, shape, axis, dtype):
+    return codes.new_empty(tuple(shape), dtype=dtype)
+
+
+@torch.library.custom_op("fourcast::gemm", mutates_args=())
+def _gemm_op(a_codes: torch.Tensor, a_scales: torch.Tensor, a_ts: torch.Tensor, a_fmt: str, a_mk: list[int],
+             b_codes: torch.Tensor, b_scales: torch.Tensor, b_ts: torch.Tensor, b_fmt: str, b_nk: list[int],
+             out_dtype: torch.dtype) -> torch.Tensor:
+    a = Packed(a_codes, a_scales, a_ts, a_ts, json.loads(a_fmt), tuple(a_mk), -1)
+    b = Packed(b_codes, b_scales, b_ts, b_ts, json.loads(b_fmt), tuple(b_nk), -1)
+    if a_codes.is_cuda:
+        from fourcast.kernels import gemm as gk
+
+        return gk.gemm(a, b, out_dtype)
+    return reference.gemm(a, b, out_dtype)
+
+
+@_gemm_op.register_fake
+def _(a_codes, a_scales, a_ts, a_fmt, a_mk, b_codes, b_scales, b_ts, b_fmt, b_nk, out_dtype):
+    return a_codes.new_empty((a_mk[0], b_nk[0]), dtype=out_dtype)
+
+
+# ------------------------------------------------------------------ public API
+
+def quantize(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", seed: int = 0, offset: int = 0,
+             rht=None, tensor_amax=None) -> Packed:
+    """Quantize x along `axis` (-1: row-wise; 0: column-wise of the flattened 2-D view,
+    i.e. x.T along its last axis) to packed codes + scale bytes.
+
+    fmt: a recipe TensorFormat dict (element, scale, block, tile_2d, rule).
+    rounding: rtne | away | sr (SR uses Philox at (seed, element index in the quantized
+    layout + offset)). rht: None or (n, signs): rotate along the quantized axis first.
+    tensor_amax: a caller-supplied tensor amax (periodic refresh) instead of the measured.
+
+    >>> import torch
+    >>> from fourcast.kernels import ops
+    >>> f = dict(element="e2m1", scale="ue8m0", block=32, tile_2d=False, rule="floor")
+    >>> ops.quantize(torch.ones(2, 32), f).scales.flatten().tolist()   # 2^(0-2): byte 125
+    [125, 125]
+    """
+    x, spec, axis, rht, m, k = _prepare(x, fmt, axis, rounding, rht)
+    codes, scales, ts, amax = _quantize_op(x, _fmt_json(spec), axis, rounding, int(seed), int(offset),
+                                           0 if rht is None else rht[0], None if rht is None else rht[1],
+                                           _amax_arg(tensor_amax, x.device))
+    return Packed(codes, scales, ts, amax, spec.as_dict(), tuple(x.shape), axis, rht)
+
+
+def dequantize(p: Packed, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """x_hat = value(code) * scale / tensor_scale in the ORIGINAL orientation and shape.
+    The RHT is not undone: the result is in the rotated basis, what a GEMM consumes."""
+    spec = p.spec
+    return _dequantize_op(p.codes.contiguous(), p.scales.contiguous(), p.tensor_scale, _fmt_json(spec),
+                          list(p.shape), p.axis, dtype)
+
+
+def fake_quant(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", seed: int = 0, offset: int = 0,
+               rht=None, tensor_amax=None) -> torch.Tensor:
+    """dequantize(quantize(x, ...), x.dtype), bit for bit, in one pass on CUDA.
+
+    >>> import torch
+    >>> from fourcast.kernels import ops
+    >>> f = dict(element="e2m1", scale="e4m3", block=16, tile_2d=False, rule="te")
+    >>> ops.fake_quant(torch.full((1, 16), 6.0), f).tolist()[0][:2]
+    [6.0, 6.0]
+    """
+    x, spec, axis, rht, m, k = _prepare(x, fmt, axis, rounding, rht)
+    return _fake_quant_op(x, _fmt_json(spec), axis, rounding, int(seed), int(offset),
+                          0 if rht is None else rht[0], None if rht is None else rht[1],
+                          _amax_arg(tensor_amax, x.device))
+
+
+def gemm(a: Packed, b: Packed, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """C[M, N] = A[M, K] . B[N, K]^T from packed operands, both blocked along K (their
+    quantized layouts). FP32 accumulation; out_dtype bfloat16 or float32.
+
+    >>> import torch
+    >>> from fourcast.kernels import ops
+    >>> f = dict(element="e2m1", scale="ue8m0", block=32, tile_2d=False, rule="floor")
+    >>> a = ops.quantize(torch.ones(2, 32), f); b = ops.quantize(torch.ones(3, 32), f)
+    >>> ops.gemm(a, b, torch.float32).tolist()
+    [[32.0, 32.0, 32.0], [32.0, 32.0, 32.0]]
+    """
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"gemm out_dtype must be bfloat16 or float32, got {out_dtype}")
+    ma, ka = a.layout_shape
+    nb, kb = b.layout_shape
+    if ka != kb:
+        raise ShapeError(f"gemm needs the same K: A is {ma}x{ka}, B is {nb}x{kb} (quantized layouts)")
+    if a.codes.device != b.codes.device:
+        raise ValueError(f"gemm operands on different devices: {a.codes.device} and {b.codes.device}")
+    return _gemm_op(a.codes, a.scales, a.tensor_scale, _fmt_json(a.spec), [ma, ka],
+                    b.codes, b.scales, b.tensor_scale, _fmt_json(b.spec), [nb, kb], out_dtype)
+
+
+def rht(x: torch.Tensor, n: int, signs: torch.Tensor, axis: int = -1) -> torch.Tensor:
+    """Block-diagonal random Hadamard transform of size n along `axis` (signs applied
+    before H, normalised by 1/sqrt(n)); f32 arithmetic, result in x.dtype.
+
+    >>> import torch
+    >>> from fourcast.kernels import ops
+    >>> ops.rht(torch.ones(1, 16), 16, ops.rht_signs(16, "te", 0)).abs().sum().item()
+    4.0
+    """
+    check_input(x)
+    if x.is_cuda:
+        from fourcast.kernels import hadamard
+
+        return hadamard.rht(x, n, signs, axis)
+    return reference.rht(x, n, signs, axis)
+
+
+def rht_signs(n: int, policy: str = "te", seed: int = 0, device=None) -> torch.Tensor:
+    """+-1 f32 sign vector for an RHT of size n: te (TE's fixed vector, repeated past 16),
+    per-layer / per-step (bit 0 of Philox word 0 at (seed, i); the caller mixes layer
+    and step into seed).
+
+    >>> from fourcast.kernels import ops
+    >>> ops.rht_signs(16, "te")[:4].tolist()
+    [1.0, 1.0, 1.0, -1.0]
+    """
+    return reference.rht_signs(n, policy, seed, device)
+
+
+def quantize_rowcol(x: torch.Tensor, fmt, *, fmt_col=None, rounding: str = "rtne", rounding_col=None,
+                    seed: int = 0, offset: int = 0, rht=None, rht_col=None, tensor_amax=None,
+                    tensor_amax_col=None) -> tuple[Packed, Packed]:
+    """Row-wise AND column-wise copies of a 2-D x (what Fprop and Wgrad/Dgrad need), from
+    one read of x on CUDA. Equal to (quantize(x, fmt, axis=-1, rht=rht, ...),
+    quantize(x, fmt_col, axis=0, rht=rht_col, seed=seed, offset=offset + x.numel(), ...))."""
+    fmt_col = fmt if fmt_col is None else fmt_col
+    rounding_col = rounding if rounding_col is None else rounding_col
+    if x.is_cuda:
+        from fourcast.kernels import quantize as qk
+
+        x, spec, _, rht, _, _ = _prepare(x, fmt, -1, rounding, rht)
+        _, spec_c, _, rht_col, _, _ = _prepare(x, fmt_col, 0, rounding_col, rht_col)
+        return qk.quantize_rowcol(x, spec, spec_c, rounding, rounding_col, seed, offset, rht, rht_col,
+                                  _amax_arg(tensor_amax, x.device), _amax_arg(tensor_amax_col, x.device))
+    row = quantize(x, fmt, axis=-1, rounding=rounding, seed=seed, offset=offset, rht=rht, tensor_amax=tensor_amax)
+    col = quantize(x, fmt_col, axis=0, rounding=rounding_col, seed=seed, offset=offset + x.numel(), rht=rht_col,
+                   tensor_amax=tensor_amax_col)
+    return row, col
