@@ -18,6 +18,7 @@ from fourcast.errors import (
 )
 
 from fourcast.recipes import Recipe, recipe
+from fourcast import bias
 
 __version__ = _core.__version__
 
@@ -32,5 +33,6 @@ __all__ = [
     "RecipeError",
     "ShapeError",
     "__version__",
+    "bias",
     "recipe",
 ]
