@@ -18,21 +18,31 @@ from fourcast.errors import (
 )
 
 from fourcast.recipes import Recipe, recipe
+from fourcast import quant
+from fourcast.quant import Format, QTensor, philox, philox_uniform, quantize, rht, rht_signs
 from fourcast import bias
 
 __version__ = _core.__version__
 
 __all__ = [
     "ConfigError",
+    "Format",
     "FormatError",
     "FourcastError",
     "HardwareError",
     "MissingDependencyError",
     "NonFiniteError",
+    "QTensor",
     "Recipe",
     "RecipeError",
     "ShapeError",
     "__version__",
     "bias",
+    "philox",
+    "philox_uniform",
+    "quant",
+    "quantize",
     "recipe",
+    "rht",
+    "rht_signs",
 ]

@@ -9,7 +9,11 @@
 pub mod bias;
 pub mod error;
 pub mod formats;
+pub mod hadamard;
+pub mod quant;
 pub mod recipe;
+pub mod rng;
+pub mod rounding;
 
 pub use error::{Domain, Error, Result};
 

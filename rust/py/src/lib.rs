@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 mod bias;
+mod codecs;
 mod errors;
 mod formats;
 mod recipe;
@@ -12,6 +13,7 @@ mod recipe;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", fourcast_core::VERSION)?;
     bias::register(m)?;
+    codecs::register(m)?;
     formats::register(m)?;
     recipe::register(m)?;
     Ok(())

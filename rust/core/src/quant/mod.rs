@@ -1,0 +1,758 @@
+//! Block-scaled 4-bit quantizers (numerics.md section 3, docs/conventions.md).
+//!
+//! A row-major (rows, cols) f32 array is quantized along its last axis (or, for
+//! `Axis::First`, its transposed copy is). Each block of 16 or 32 consecutive
+//! elements, or each 16x16 tile, gets one scale byte; elements become 4-bit
+//! codes packed two per byte (element 2i in the low nibble). The scale rules:
+//! - `floor` (OCP MX): e = floor_log2(amax) - emax_elem, clamped to [-127, 127];
+//! - `rceil` (cuBLAS / TE / torchao RCEIL): e = ceil(log2(amax * f32(1/gmax)));
+//! - `te` (Transformer Engine NVFP4, bit-exact), two-level with an FP32 S_enc;
+//! - `torchao` (torchao nvfp4_quantize with a per-tensor scale), two-level.
+//!
+//! MX elements are x * 2^-e (an exact power of two, OCP semantics for every
+//! scale byte); two-level elements are x * enc_b as the rule prescribes.
+
+pub mod layout;
+pub mod threads;
+
+use rayon::prelude::*;
+
+use crate::error::{Domain, Error, Result};
+use crate::formats::{pow2, Element, MiniFloat, ScaleFormat};
+use crate::rng;
+use crate::rounding::Rounding;
+
+/// How the block scale is derived from the block amax.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    Floor,
+    Rceil,
+    Te,
+    Torchao,
+}
+
+pub const RULE_NAMES: &[&str] = &["floor", "rceil", "te", "torchao"];
+
+impl Rule {
+    pub fn parse(name: &str) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "floor" => Ok(Rule::Floor),
+            "rceil" => Ok(Rule::Rceil),
+            "te" => Ok(Rule::Te),
+            "torchao" => Ok(Rule::Torchao),
+            _ => Err(Error::unknown(
+                Domain::Format,
+                "scale rule",
+                name,
+                RULE_NAMES,
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Rule::Floor => "floor",
+            Rule::Rceil => "rceil",
+            Rule::Te => "te",
+            Rule::Torchao => "torchao",
+        }
+    }
+
+    pub fn is_two_level(self) -> bool {
+        matches!(self, Rule::Te | Rule::Torchao)
+    }
+}
+
+/// Block layout: 1D blocks along the quantized axis, or 16x16 tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    Row(usize),
+    Tile16,
+}
+
+impl Block {
+    pub fn describe(self) -> String {
+        match self {
+            Block::Row(b) => b.to_string(),
+            Block::Tile16 => "(16, 16)".to_string(),
+        }
+    }
+}
+
+/// Which axis of a 2-D (rows, cols) array the blocks run along.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Axis {
+    /// Row-wise: blocks along the last axis.
+    Last,
+    /// Column-wise: quantize the transposed copy along its last axis.
+    First,
+}
+
+/// A complete block-scaled format.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Format {
+    pub element: Element,
+    pub scale: ScaleFormat,
+    pub block: Block,
+    pub rule: Rule,
+    /// Two-level rules: the block-scale value the tensor amax maps to (smax in
+    /// S_enc = smax * gmax / amax); 448 by default, lower for headroom.
+    pub scale_max: f32,
+}
+
+pub const PRESETS: &[&str] = &["mxfp4", "nvfp4", "ue5m3", "e1m2", "int4", "int4-sm"];
+
+impl Format {
+    /// Build and validate a format. `rule` None picks floor for UE8M0, te otherwise;
+    /// `scale_max` None picks 448 (two-level rules only).
+    pub fn new(
+        element: Element,
+        scale: ScaleFormat,
+        block: Block,
+        rule: Option<Rule>,
+        scale_max: Option<f32>,
+    ) -> Result<Self> {
+        let rule = rule.unwrap_or(match scale {
+            ScaleFormat::Ue8m0 => Rule::Floor,
+            _ => Rule::Te,
+        });
+        if let Block::Row(b) = block {
+            if b != 16 && b != 32 {
+                return Err(Error::invalid(
+                    Domain::Format,
+                    format!("block size {b} is not supported; valid: 16, 32, (16, 16)"),
+                ));
+            }
+        }
+        let ok = match scale {
+            ScaleFormat::Ue8m0 => !rule.is_two_level(),
+            _ => rule.is_two_level(),
+        };
+        if !ok {
+            let valid: &[&str] = match scale {
+                ScaleFormat::Ue8m0 => &["floor", "rceil"],
+                _ => &["te", "torchao"],
+            };
+            return Err(Error::invalid(
+                Domain::Format,
+                format!(
+                    "scale rule '{}' does not apply to scale format '{}'; valid: {}",
+                    rule.name(),
+                    scale.name(),
+                    valid.join(", ")
+                ),
+            ));
+        }
+        let smax = scale_max.unwrap_or(448.0);
+        if !(smax.is_finite() && smax > 0.0 && smax <= scale.max_value()) {
+            return Err(Error::invalid(
+                Domain::Format,
+                format!(
+                    "scale_max {smax} must be positive and at most the {} maximum {}",
+                    scale.name(),
+                    scale.max_value()
+                ),
+            ));
+        }
+        Ok(Format {
+            element,
+            scale,
+            block,
+            rule,
+            scale_max: smax,
+        })
+    }
+
+    /// A named preset (see PRESETS).
+    pub fn preset(name: &str) -> Result<Self> {
+        use Element::*;
+        let (el, sc, b, rule) = match name.to_ascii_lowercase().as_str() {
+            "mxfp4" => (E2M1, ScaleFormat::Ue8m0, 32, Rule::Floor),
+            "nvfp4" => (E2M1, ScaleFormat::Ue4m3, 16, Rule::Te),
+            "ue5m3" => (E2M1, ScaleFormat::Ue5m3 { finite_ff: false }, 16, Rule::Te),
+            "e1m2" => (E1M2, ScaleFormat::Ue4m3, 16, Rule::Te),
+            "int4" => (Int4, ScaleFormat::Ue4m3, 16, Rule::Te),
+            "int4-sm" => (Int4Sm, ScaleFormat::Ue4m3, 16, Rule::Te),
+            _ => {
+                return Err(Error::unknown(
+                    Domain::Format,
+                    "format preset",
+                    name,
+                    PRESETS,
+                ))
+            }
+        };
+        Format::new(el, sc, Block::Row(b), Some(rule), None)
+    }
+
+    /// Elements per scale.
+    pub fn block_elems(&self) -> usize {
+        match self.block {
+            Block::Row(b) => b,
+            Block::Tile16 => 256,
+        }
+    }
+}
+
+/// Per-call options.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub rounding: Rounding,
+    pub seed: u64,
+    /// Base Philox offset: element i (row-major, quantized layout) uses offset + i.
+    pub offset: u64,
+    /// Tensor amax to use instead of the measured one (periodic refresh).
+    pub tensor_amax: Option<f32>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            rounding: Rounding::Rtne,
+            seed: 0,
+            offset: 0,
+            tensor_amax: None,
+        }
+    }
+}
+
+/// Result of a quantization, in the quantized orientation (rows, cols); for
+/// `Axis::First` that is the transposed shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Quantized {
+    pub codes: Vec<u8>,
+    pub scales: Vec<u8>,
+    pub tensor_scale: f32,
+    pub amax: f32,
+    pub rows: usize,
+    pub cols: usize,
+    pub scale_rows: usize,
+    pub scale_cols: usize,
+}
+
+/// Per-tensor constants of a rule.
+#[derive(Clone, Copy)]
+struct Tensor {
+    /// Stored tensor_scale (S_enc for te, 1/per_tensor_scale for torchao, 1 for MX).
+    tensor_scale: f32,
+    /// te: S_enc * f32(1/gmax); torchao: per_tensor_scale.
+    k: f32,
+    /// te: 1/S_enc.
+    s_dec: f32,
+    gmax: f32,
+    r_gmax: f32,
+    emax: i32,
+    scale_mf: Option<&'static MiniFloat>,
+    scale_min_normal: f32,
+    scale_max_value: f32,
+    rule: Rule,
+}
+
+impl Tensor {
+    fn new(fmt: &Format, amax: f32) -> Tensor {
+        let gmax = fmt.element.gmax();
+        let r_gmax = 1.0f32 / gmax;
+        let smax_g = fmt.scale_max * gmax;
+        let mut t = Tensor {
+            tensor_scale: 1.0,
+            k: 0.0,
+            s_dec: 1.0,
+            gmax,
+            r_gmax,
+            emax: fmt.element.emax(),
+            scale_mf: fmt.scale.minifloat(),
+            scale_min_normal: fmt.scale.minifloat().map_or(0.0, |m| m.min_normal()),
+            scale_max_value: fmt.scale.max_value(),
+            rule: fmt.rule,
+        };
+        match fmt.rule {
+            Rule::Floor | Rule::Rceil => {}
+            Rule::Te => {
+                let mut s_enc = (smax_g / amax).min(f32::MAX);
+                if amax == 0.0 || s_enc == 0.0 {
+                    s_enc = 1.0;
+                }
+                t.tensor_scale = s_enc;
+                t.k = s_enc * r_gmax;
+                t.s_dec = 1.0 / s_enc;
+            }
+            Rule::Torchao => {
+                // torchao: per_tensor_scale = amax / (448 * 6). fourcast uses 1 when it
+                // would be 0 (amax == 0 or underflow), where torchao divides by zero.
+                let mut pts = amax / smax_g;
+                if pts == 0.0 {
+                    pts = 1.0;
+                }
+                t.k = pts;
+                t.tensor_scale = 1.0 / pts;
+            }
+        }
+        t
+    }
+
+    /// (scale byte, element multiplier) of a block with amax `bamax`.
+    #[inline]
+    fn block(&self, bamax: f32) -> (u8, f32) {
+        match self.rule {
+            Rule::Floor => {
+                let fl = ((bamax.to_bits() >> 23) & 0xff) as i32 - 127;
+                let e = (fl - self.emax).clamp(-127, 127);
+                ((e + 127) as u8, pow2(-e))
+            }
+            Rule::Rceil => {
+                let byte = e8m0_ceil(bamax * self.r_gmax);
+                (byte, pow2(127 - byte as i32))
+            }
+            Rule::Te => {
+                let mf = self.scale_mf.expect("two-level scale");
+                let v = (bamax * self.k).min(f32::MAX);
+                let byte = mf.encode_mag(v, Rounding::Rtne, 0.0) as u8;
+                let s = mf.decode_mag(byte as u32);
+                (byte, (1.0 / (s * self.s_dec)).min(f32::MAX))
+            }
+            Rule::Torchao => {
+                let mf = self.scale_mf.expect("two-level scale");
+                let bs = bamax / self.gmax;
+                let v = (bs / self.k).clamp(self.scale_min_normal, self.scale_max_value);
+                let byte = mf.encode_mag(v, Rounding::Rtne, 0.0) as u8;
+                let s = mf.decode_mag(byte as u32);
+                (byte, self.tensor_scale / s)
+            }
+        }
+    }
+}
+
+/// UE8M0 byte of 2^ceil(log2(d)) clamped to [2^-127, 2^127]: exponent field plus
+/// one when the mantissa is non-zero (TE `float_to_e8m0`, PTX cvt.rp.satfinite.ue8m0).
+#[inline]
+pub fn e8m0_ceil(d: f32) -> u8 {
+    let bits = d.to_bits() & 0x7fff_ffff;
+    let field = bits >> 23;
+    let man = bits & 0x7f_ffff;
+    if field == 0 {
+        // Subnormal: at most 2^-127 -> byte 0, above -> byte 1 (2^-126).
+        return (man > 0x40_0000) as u8;
+    }
+    (field + (man != 0) as u32).min(254) as u8
+}
+
+/// Largest |x| and the non-finite count / first index, in one parallel pass.
+fn scan(x: &[f32]) -> (f32, usize, usize) {
+    const CH: usize = 1 << 16;
+    x.par_chunks(CH)
+        .enumerate()
+        .map(|(ci, ch)| {
+            let maxbits = ch
+                .iter()
+                .fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+            if maxbits < 0x7f80_0000 {
+                return (f32::from_bits(maxbits), 0, usize::MAX);
+            }
+            let mut m = 0f32;
+            let (mut count, mut first) = (0usize, usize::MAX);
+            for (i, v) in ch.iter().enumerate() {
+                if v.is_finite() {
+                    m = m.max(v.abs());
+                } else {
+                    count += 1;
+                    first = first.min(ci * CH + i);
+                }
+            }
+            (m, count, first)
+        })
+        .reduce(
+            || (0f32, 0usize, usize::MAX),
+            |a, b| (a.0.max(b.0), a.1 + b.1, a.2.min(b.2)),
+        )
+}
+
+fn check_shape(fmt: &Format, rows: usize, cols: usize, axis: Axis) -> Result<()> {
+    let (r, c) = match axis {
+        Axis::Last => (rows, cols),
+        Axis::First => (cols, rows),
+    };
+    let ax = if axis == Axis::Last { "-1" } else { "0" };
+    let bad = match fmt.block {
+        Block::Row(b) => c % b != 0,
+        Block::Tile16 => r % 16 != 0 || c % 16 != 0,
+    };
+    if bad {
+        let what = match fmt.block {
+            Block::Row(b) => format!("the length along axis {ax} is not a multiple of {b}"),
+            Block::Tile16 => "both dimensions must be multiples of 16".to_string(),
+        };
+        return Err(Error::Shape(format!(
+            "cannot quantize shape ({rows}, {cols}) with block {} along axis {ax}: {what} (fourcast does not pad)",
+            fmt.block.describe()
+        )));
+    }
+    Ok(())
+}
+
+#[inline]
+fn encode_pair(
+    el: Element,
+    t: &Tensor,
+    a: f32,
+    b: f32,
+    mult: f32,
+    rnd: Rounding,
+    u: (f32, f32),
+) -> u8 {
+    let g = t.gmax;
+    let ca = el.encode((a * mult).clamp(-g, g), rnd, u.0);
+    let cb = el.encode((b * mult).clamp(-g, g), rnd, u.1);
+    ca | (cb << 4)
+}
+
+#[inline]
+fn uniforms(opts: &Options, idx: usize) -> (f32, f32) {
+    if opts.rounding == Rounding::Sr {
+        let o = opts.offset.wrapping_add(idx as u64);
+        (
+            rng::rand(opts.seed, o),
+            rng::rand(opts.seed, o.wrapping_add(1)),
+        )
+    } else {
+        (0.0, 0.0)
+    }
+}
+
+fn quantize_rows(
+    x: &[f32],
+    fmt: &Format,
+    t: &Tensor,
+    opts: &Options,
+    b: usize,
+) -> (Vec<u8>, Vec<u8>) {
+    let n = x.len();
+    let mut codes = vec![0u8; n / 2];
+    let mut scales = vec![0u8; n / b];
+    let per_task = (1 << 15) / b;
+    let el = fmt.element;
+    codes
+        .par_chunks_mut(per_task * b / 2)
+        .zip(scales.par_chunks_mut(per_task))
+        .zip(x.par_chunks(per_task * b))
+        .enumerate()
+        .for_each(|(task, ((c, s), xs))| {
+            for (k, xb) in xs.chunks(b).enumerate() {
+                let bamax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+                let (byte, mult) = t.block(bamax);
+                s[k] = byte;
+                let base = (task * per_task + k) * b;
+                let cb = &mut c[k * b / 2..(k + 1) * b / 2];
+                for (j, out) in cb.iter_mut().enumerate() {
+                    let u = uniforms(opts, base + 2 * j);
+                    *out = encode_pair(el, t, xb[2 * j], xb[2 * j + 1], mult, opts.rounding, u);
+                }
+            }
+        });
+    (codes, scales)
+}
+
+fn quantize_tiles(
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    fmt: &Format,
+    t: &Tensor,
+    opts: &Options,
+) -> (Vec<u8>, Vec<u8>) {
+    let mut codes = vec![0u8; rows * cols / 2];
+    let mut scales = vec![0u8; (rows / 16) * (cols / 16)];
+    if rows == 0 || cols == 0 {
+        return (codes, scales);
+    }
+    let el = fmt.element;
+    codes
+        .par_chunks_mut(16 * cols / 2)
+        .zip(scales.par_chunks_mut(cols / 16))
+        .zip(x.par_chunks(16 * cols))
+        .enumerate()
+        .for_each(|(tr, ((c, s), xs))| {
+            for (tc, sb) in s.iter_mut().enumerate() {
+                let c0 = tc * 16;
+                let mut bamax = 0f32;
+                for r in 0..16 {
+                    for v in &xs[r * cols + c0..r * cols + c0 + 16] {
+                        bamax = bamax.max(v.abs());
+                    }
+                }
+                let (byte, mult) = t.block(bamax);
+                *sb = byte;
+                for r in 0..16 {
+                    let row = &xs[r * cols + c0..r * cols + c0 + 16];
+                    let base = (tr * 16 + r) * cols + c0;
+                    for j in 0..8 {
+                        let u = uniforms(opts, base + 2 * j);
+                        c[(r * cols + c0) / 2 + j] =
+                            encode_pair(el, t, row[2 * j], row[2 * j + 1], mult, opts.rounding, u);
+                    }
+                }
+            }
+        });
+    (codes, scales)
+}
+
+/// Quantize a row-major (rows, cols) array. NaN/Inf are refused (NonFinite error
+/// with the count and the first flat index of `x`).
+pub fn quantize(
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    axis: Axis,
+    fmt: &Format,
+    opts: &Options,
+) -> Result<Quantized> {
+    if x.len() != rows * cols {
+        return Err(Error::Shape(format!(
+            "data length {} does not match shape ({rows}, {cols})",
+            x.len()
+        )));
+    }
+    check_shape(fmt, rows, cols, axis)?;
+    if let Some(a) = opts.tensor_amax {
+        if !(a.is_finite() && a >= 0.0) {
+            return Err(Error::invalid(
+                Domain::Format,
+                format!("tensor_amax must be finite and non-negative, got {a}"),
+            ));
+        }
+    }
+    threads::run(|| {
+        let (measured, count, first) = scan(x);
+        if count > 0 {
+            return Err(Error::NonFinite {
+                count,
+                first_index: first,
+            });
+        }
+        let amax = opts.tensor_amax.unwrap_or(measured);
+        let t = Tensor::new(fmt, amax);
+        let transposed;
+        let (data, r, c) = match axis {
+            Axis::Last => (x, rows, cols),
+            Axis::First => {
+                transposed = layout::transpose(x, rows, cols);
+                (&transposed[..], cols, rows)
+            }
+        };
+        let (codes, scales, sr, sc) = match fmt.block {
+            Block::Row(b) => {
+                let (co, s) = quantize_rows(data, fmt, &t, opts, b);
+                (co, s, r, c / b)
+            }
+            Block::Tile16 => {
+                let (co, s) = quantize_tiles(data, r, c, fmt, &t, opts);
+                (co, s, r / 16, c / 16)
+            }
+        };
+        Ok(Quantized {
+            codes,
+            scales,
+            tensor_scale: t.tensor_scale,
+            amax,
+            rows: r,
+            cols: c,
+            scale_rows: sr,
+            scale_cols: sc,
+        })
+    })
+}
+
+/// Decode packed codes and scale bytes of a tensor quantized in orientation
+/// (rows, cols): x_hat = value(code) * f32(scale) / tensor_scale. Returns the
+/// original orientation (transposed back for `Axis::First`).
+pub fn dequantize(
+    codes: &[u8],
+    scales: &[u8],
+    rows: usize,
+    cols: usize,
+    tensor_scale: f32,
+    axis: Axis,
+    fmt: &Format,
+) -> Result<Vec<f32>> {
+    let (sr, sc) = match fmt.block {
+        Block::Row(b) => (rows, if cols % b == 0 { cols / b } else { usize::MAX }),
+        Block::Tile16 => (rows / 16, cols / 16),
+    };
+    let tiles_ok = fmt.block != Block::Tile16 || (rows % 16 == 0 && cols % 16 == 0);
+    if cols % 2 != 0
+        || codes.len() * 2 != rows * cols
+        || sc == usize::MAX
+        || !tiles_ok
+        || scales.len() != sr * sc
+    {
+        return Err(Error::Shape(format!(
+            "codes ({} bytes) and scales ({} bytes) do not fit shape ({rows}, {cols}) with block {}",
+            codes.len(),
+            scales.len(),
+            fmt.block.describe()
+        )));
+    }
+    let table = fmt.element.table();
+    let scale = fmt.scale;
+    let out = threads::run(|| {
+        let mut out = vec![0f32; rows * cols];
+        if rows == 0 || cols == 0 {
+            return out;
+        }
+        out.par_chunks_mut(cols)
+            .zip(codes.par_chunks(cols / 2))
+            .enumerate()
+            .for_each(|(r, (o, c))| {
+                for (i, v) in o.iter_mut().enumerate() {
+                    let code = (c[i / 2] >> ((i & 1) * 4)) & 0xf;
+                    let s_idx = match fmt.block {
+                        Block::Row(b) => r * sc + i / b,
+                        Block::Tile16 => (r / 16) * sc + i / 16,
+                    };
+                    let s = scale.decode(scales[s_idx]);
+                    *v = table[code as usize] * s / tensor_scale;
+                }
+            });
+        match axis {
+            Axis::Last => out,
+            Axis::First => layout::transpose(&out, rows, cols),
+        }
+    });
+    Ok(out)
+}
+
+/// Codes of values with unit scale in one codec (elements saturate at +-gmax,
+/// wide and scale formats at their largest finite value). SR uses
+/// rand(seed, offset + i) for value i. NaN/Inf are refused.
+pub fn encode_values(
+    x: &[f32],
+    codec: crate::formats::Codec,
+    mode: Rounding,
+    seed: u64,
+    offset: u64,
+) -> Result<Vec<u8>> {
+    threads::run(|| {
+        let (_, count, first) = scan(x);
+        if count > 0 {
+            return Err(Error::NonFinite {
+                count,
+                first_index: first,
+            });
+        }
+        Ok(x.par_iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let u = if mode == Rounding::Sr {
+                    rng::rand(seed, offset.wrapping_add(i as u64))
+                } else {
+                    0.0
+                };
+                codec.encode(v, mode, u)
+            })
+            .collect())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(x: &[f32], rows: usize, cols: usize, fmt: &str) -> Quantized {
+        quantize(
+            x,
+            rows,
+            cols,
+            Axis::Last,
+            &Format::preset(fmt).unwrap(),
+            &Options::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn mxfp4_floor_basic() {
+        let mut x = vec![0f32; 32];
+        x[0] = 6.0;
+        x[1] = -3.0;
+        x[2] = 0.7;
+        let r = q(&x, 1, 32, "mxfp4");
+        // amax 6 -> floor_log2 = 2 -> e = 0 -> byte 127.
+        assert_eq!(r.scales, vec![127]);
+        assert_eq!(r.codes[0], 0x7 | (0xd << 4));
+        assert_eq!(r.codes[1] & 0xf, 0x1); // 0.7 -> 0.5
+    }
+
+    #[test]
+    fn nvfp4_roundtrip_small() {
+        let x: Vec<f32> = (0..64).map(|i| ((i as f32) * 0.73).sin() * 3.0).collect();
+        let fmt = Format::preset("nvfp4").unwrap();
+        let r = quantize(&x, 2, 32, Axis::Last, &fmt, &Options::default()).unwrap();
+        let y = dequantize(&r.codes, &r.scales, 2, 32, r.tensor_scale, Axis::Last, &fmt).unwrap();
+        for (a, b) in x.iter().zip(&y) {
+            // Largest half step of E2M1 is 1, times a block scale of at most ~amax/6.
+            assert!((a - b).abs() <= r.amax / 6.0 * 1.01, "{a} {b}");
+        }
+    }
+
+    #[test]
+    fn shape_and_nonfinite_errors() {
+        let fmt = Format::preset("nvfp4").unwrap();
+        let e = quantize(&[0.0; 20], 1, 20, Axis::Last, &fmt, &Options::default()).unwrap_err();
+        assert!(e.to_string().contains("(1, 20)") && e.to_string().contains("16"));
+        let mut x = vec![0f32; 32];
+        x[5] = f32::NAN;
+        x[9] = f32::INFINITY;
+        match quantize(&x, 1, 32, Axis::Last, &fmt, &Options::default()) {
+            Err(Error::NonFinite { count, first_index }) => {
+                assert_eq!((count, first_index), (2, 5))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn axis_first_equals_transpose() {
+        let (r, c) = (32, 48);
+        let x: Vec<f32> = (0..r * c)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 37.0)
+            .collect();
+        let fmt = Format::preset("nvfp4").unwrap();
+        let a = quantize(&x, r, c, Axis::First, &fmt, &Options::default()).unwrap();
+        let t = layout::transpose(&x, r, c);
+        let b = quantize(&t, c, r, Axis::Last, &fmt, &Options::default()).unwrap();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn rceil_bytes() {
+        assert_eq!(e8m0_ceil(1.0), 127);
+        assert_eq!(e8m0_ceil(1.5), 128);
+        assert_eq!(e8m0_ceil(0.0), 0);
+        assert_eq!(e8m0_ceil(pow2(-127)), 0);
+        assert_eq!(e8m0_ceil(pow2(-127) * 1.5), 1);
+        assert_eq!(e8m0_ceil(f32::MAX), 254);
+    }
+
+    #[test]
+    fn rules_validate() {
+        let e = Format::new(
+            Element::E2M1,
+            ScaleFormat::Ue8m0,
+            Block::Row(32),
+            Some(Rule::Te),
+            None,
+        );
+        assert!(e.is_err());
+        assert!(Format::new(
+            Element::E2M1,
+            ScaleFormat::Ue4m3,
+            Block::Row(24),
+            None,
+            None
+        )
+        .is_err());
+        assert!(Format::preset("nope")
+            .unwrap_err()
+            .to_string()
+            .contains("mxfp4"));
+    }
+}

@@ -1,0 +1,96 @@
+//! Rounding modes and the one integer rounding step every codec uses.
+//!
+//! A value is written as an integer significand `m` times a power of two; the
+//! target keeps `m >> drop`. The three modes decide on the dropped remainder
+//! `r = m mod 2^drop` (docs/conventions.md "Rounding and RNG"):
+//! - rtne: up when r > half, or r == half and the kept part is odd;
+//! - away: up when r >= half (ties away from zero, microxcaling's "nearest");
+//! - sr:   up when u * step < |y| - lo, i.e. u * 2^drop < r (exact: both sides
+//!   are the same real numbers scaled by one power of two).
+
+use crate::error::{Domain, Error, Result};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rounding {
+    /// Round to nearest, ties to even code (the default).
+    Rtne,
+    /// Round to nearest, ties away from zero.
+    Away,
+    /// Stochastic rounding with a Philox uniform (rng.rs).
+    Sr,
+}
+
+pub const ROUNDING_NAMES: &[&str] = &["rtne", "away", "sr"];
+
+impl Rounding {
+    pub fn parse(name: &str) -> Result<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "rtne" | "rne" | "nearest-even" => Ok(Rounding::Rtne),
+            "away" => Ok(Rounding::Away),
+            "sr" | "stochastic" => Ok(Rounding::Sr),
+            _ => Err(Error::unknown(
+                Domain::Format,
+                "rounding",
+                name,
+                ROUNDING_NAMES,
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Rounding::Rtne => "rtne",
+            Rounding::Away => "away",
+            Rounding::Sr => "sr",
+        }
+    }
+}
+
+/// `m / 2^drop` rounded to an integer with `mode`; `u` in [0, 1) is used by SR only.
+/// `m` must be below 2^32 (an f32 significand); `drop` may be any size.
+#[inline]
+pub fn round_shift(m: u64, drop: u32, mode: Rounding, u: f32) -> u64 {
+    if drop == 0 {
+        return m;
+    }
+    if drop >= 40 {
+        // Kept part is 0 and r = m < 2^32 < half: only SR with u*2^drop < m rounds up.
+        let up = mode == Rounding::Sr && m > 0 && (u as f64) * pow2_f64(drop) < m as f64;
+        return up as u64;
+    }
+    let q = m >> drop;
+    let r = m & ((1u64 << drop) - 1);
+    let half = 1u64 << (drop - 1);
+    let up = match mode {
+        Rounding::Rtne => r > half || (r == half && q & 1 == 1),
+        Rounding::Away => r >= half,
+        Rounding::Sr => (u as f64) * ((1u64 << drop) as f64) < r as f64,
+    };
+    q + up as u64
+}
+
+#[inline]
+fn pow2_f64(e: u32) -> f64 {
+    f64::from_bits(((e as u64) + 1023) << 52)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes() {
+        // 5 / 2 = 2.5
+        assert_eq!(round_shift(5, 1, Rounding::Rtne, 0.0), 2);
+        assert_eq!(round_shift(7, 1, Rounding::Rtne, 0.0), 4);
+        assert_eq!(round_shift(5, 1, Rounding::Away, 0.0), 3);
+        // 9 / 4 = 2.25: SR up iff u*4 < 1
+        assert_eq!(round_shift(9, 2, Rounding::Sr, 0.24), 3);
+        assert_eq!(round_shift(9, 2, Rounding::Sr, 0.25), 2);
+        assert_eq!(round_shift(12, 2, Rounding::Sr, 0.0), 3);
+        assert_eq!(round_shift(1, 60, Rounding::Sr, 0.0), 1);
+        assert_eq!(round_shift(1, 60, Rounding::Sr, 1e-9), 0);
+        assert_eq!(round_shift(1, 60, Rounding::Rtne, 0.0), 0);
+        assert!(Rounding::parse("bogus").is_err());
+    }
+}
