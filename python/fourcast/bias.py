@@ -252,33 +252,45 @@ def _add_outliers(x: np.ndarray, rng: np.random.Generator, frac: float, scale: f
 # ------------------------------------------------------------------ quantize adapters
 
 
+def _codec():
+    """fourcast.quant when its Rust codec is built in, else None (then, and only then, the
+    temporary numpy stand-in runs, with a warning: its SR/RHT bits are not the library's)."""
+    try:
+        from fourcast import quant
+
+        if all(hasattr(quant, n) for n in ("Format", "quantize", "rht", "rht_signs")) and hasattr(_core, "quantize"):
+            return quant
+    except ImportError:
+        pass
+    warnings.warn("fourcast.quant is not available; fourcast.bias uses its temporary numpy codec", stacklevel=3)
+    return None
+
+
 def _quantize(x2: np.ndarray, spec: QuantSpec, rounding: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Round trip of a 2-D float32 array along its last axis: (dequantized, packed codes)."""
-    quantize = _codec_quantize()
-    if quantize is None:
+    quant = _codec()
+    if quant is None:
         from fourcast import _bias_fallback
 
         return _bias_fallback.roundtrip(x2, spec, rounding, seed)
-    qt = quantize(x2, spec.to_dict(), axis=-1, rounding=rounding, seed=seed)
-    return np.asarray(qt.dequantize(), dtype=np.float32), np.asarray(qt.codes)
-
-
-def _codec_quantize():
-    import importlib
-
-    try:
-        quant = importlib.import_module("fourcast.quant")
-        return quant.quantize
-    except (ImportError, AttributeError):
-        warnings.warn("fourcast.quant is not available yet; fourcast.bias uses its temporary numpy codec", stacklevel=3)
-        return None
+    fmt = quant.Format(element=spec.element, scale=spec.scale, block=spec.block, rule=spec.rule)
+    qt = quant.quantize(x2, fmt, axis=-1, rounding=rounding, seed=seed)
+    return np.ascontiguousarray(qt.dequantize(), dtype=np.float32), qt.codes
 
 
 def _rht(x2: np.ndarray, n: int, seed: int, inverse: bool = False) -> np.ndarray:
-    """Block RHT of size n along the last axis with per-seed signs (and its inverse)."""
-    from fourcast import _bias_fallback
+    """Block RHT of size n along the last axis, signs drawn from ``seed`` ("per-layer"
+    policy of fc.rht_signs), or its inverse d * (H y / sqrt(n))."""
+    quant = _codec()
+    if quant is None:
+        from fourcast import _bias_fallback
 
-    return _bias_fallback.rht(x2, n, seed, inverse)
+        return _bias_fallback.rht(x2, n, seed, inverse)
+    signs = quant.rht_signs(n, "per-layer", seed)
+    if not inverse:
+        return quant.rht(x2, n, signs=signs, axis=-1)
+    y = quant.rht(x2, n, signs=np.ones(n, np.float32), axis=-1)
+    return np.ascontiguousarray((y.reshape(-1, n) * signs).reshape(x2.shape), dtype=np.float32)
 
 
 # ---------------------------------------------------------------------------- measure
