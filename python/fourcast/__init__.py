@@ -15,6 +15,7 @@ from fourcast.errors import (
     NonFiniteError,
     RecipeError,
     ShapeError,
+    TrainError,
 )
 
 from fourcast.recipes import Recipe, recipe
@@ -36,6 +37,7 @@ __all__ = [
     "Recipe",
     "RecipeError",
     "ShapeError",
+    "TrainError",
     "__version__",
     "bias",
     "philox",
@@ -46,3 +48,14 @@ __all__ = [
     "rht",
     "rht_signs",
 ]
+
+
+def __getattr__(name: str):
+    """Torch-based parts load on first use: fc.nn, fc.train, fc.convert, fc.QLinear."""
+    import importlib
+
+    if name in ("nn", "train"):
+        return importlib.import_module(f"fourcast.{name}")
+    if name in ("convert", "QLinear"):
+        return getattr(importlib.import_module("fourcast.nn"), name)
+    raise AttributeError(f"module 'fourcast' has no attribute {name!r}")
