@@ -219,11 +219,11 @@ def check_rht(rht, device=None):
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def check_input(x: torch.Tensor, what: str = "x") -> None:
+def check_input(x: torch.Tensor, what: str = "x", dtypes=SUPPORTED_DTYPES) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise FormatError(f"{what} has dtype {x.dtype}; supported: float32, bfloat16, float16")
+    if x.dtype not in dtypes:
+        raise FormatError(f"{what} has dtype {x.dtype}; supported: {', '.join(str(d) for d in dtypes)}")
 
 
 def interpreting() -> bool:
@@ -231,9 +231,9 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def check_kernel_input(x: torch.Tensor, what: str = "x") -> None:
+def check_kernel_input(x: torch.Tensor, what: str = "x", dtypes=SUPPORTED_DTYPES) -> None:
     """Entry checks of a Triton path: CUDA (or the interpreter), contiguous, dtype."""
-    check_input(x, what)
+    check_input(x, what, dtypes)
     if not x.is_cuda and not interpreting():
         raise KernelInputError(f"{what} is on {x.device}; the Triton kernels need a CUDA tensor (use fourcast.kernels.ops for CPU)")
     if not x.is_contiguous():
