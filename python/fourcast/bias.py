@@ -57,13 +57,12 @@ import json
 import math
 import pathlib
 import re
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fourcast import _core
+from fourcast import _core, quant
 from fourcast.errors import ConfigError, FormatError
 
 GRIDS = ("e2m1", "e1m2", "int4", "int4-sm")
@@ -252,40 +251,17 @@ def _add_outliers(x: np.ndarray, rng: np.random.Generator, frac: float, scale: f
 # ------------------------------------------------------------------ quantize adapters
 
 
-def _codec():
-    """fourcast.quant when its Rust codec is built in, else None (then, and only then, the
-    temporary numpy stand-in runs, with a warning: its SR/RHT bits are not the library's)."""
-    try:
-        from fourcast import quant
-
-        if all(hasattr(quant, n) for n in ("Format", "quantize", "rht", "rht_signs")) and hasattr(_core, "quantize"):
-            return quant
-    except ImportError:
-        pass
-    warnings.warn("fourcast.quant is not available; fourcast.bias uses its temporary numpy codec", stacklevel=3)
-    return None
-
-
 def _quantize(x2: np.ndarray, spec: QuantSpec, rounding: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Round trip of a 2-D float32 array along its last axis: (dequantized, packed codes)."""
-    quant = _codec()
-    if quant is None:
-        from fourcast import _bias_fallback
-
-        return _bias_fallback.roundtrip(x2, spec, rounding, seed)
+    """Round trip of a 2-D float32 array along its last axis with fc.quantize:
+    (dequantized float32, packed codes)."""
     fmt = quant.Format(element=spec.element, scale=spec.scale, block=spec.block, rule=spec.rule)
     qt = quant.quantize(x2, fmt, axis=-1, rounding=rounding, seed=seed)
     return np.ascontiguousarray(qt.dequantize(), dtype=np.float32), qt.codes
 
 
 def _rht(x2: np.ndarray, n: int, seed: int, inverse: bool = False) -> np.ndarray:
-    """Block RHT of size n along the last axis, signs drawn from ``seed`` ("per-layer"
-    policy of fc.rht_signs), or its inverse d * (H y / sqrt(n))."""
-    quant = _codec()
-    if quant is None:
-        from fourcast import _bias_fallback
-
-        return _bias_fallback.rht(x2, n, seed, inverse)
+    """fc.rht of size n along the last axis with signs fc.rht_signs(n, "per-layer", seed),
+    or its inverse d * (H y / sqrt(n))."""
     signs = quant.rht_signs(n, "per-layer", seed)
     if not inverse:
         return quant.rht(x2, n, signs=signs, axis=-1)

@@ -173,7 +173,9 @@ pub fn block_sums(x: &[f32], q: &[f32], block: usize) -> Result<Vec<ErrorSums>> 
     }
     let blocks = x.chunks(block).zip(q.chunks(block));
     if x.len() < PARALLEL_MIN {
-        return Ok(blocks.map(|(xb, qb)| ErrorSums::of_slices(xb, qb)).collect());
+        return Ok(blocks
+            .map(|(xb, qb)| ErrorSums::of_slices(xb, qb))
+            .collect());
     }
     Ok(x.par_chunks(block)
         .zip(q.par_chunks(block))
@@ -291,11 +293,16 @@ mod tests {
 
     #[test]
     fn blocks_merge_to_the_tensor() {
-        let x: Vec<f32> = (0..64).map(|i| ((i * 37 % 17) as f32 - 8.0) / 3.0).collect();
+        let x: Vec<f32> = (0..64)
+            .map(|i| ((i * 37 % 17) as f32 - 8.0) / 3.0)
+            .collect();
         let q: Vec<f32> = x.iter().map(|v| v.round()).collect();
         let blocks = block_sums(&x, &q, 16).unwrap();
         assert_eq!(blocks.len(), 4);
-        let merged = blocks.iter().copied().fold(ErrorSums::default(), ErrorSums::merge);
+        let merged = blocks
+            .iter()
+            .copied()
+            .fold(ErrorSums::default(), ErrorSums::merge);
         let whole = tensor_sums(&x, &q).unwrap();
         assert_eq!(merged.n, whole.n);
         assert!((merged.bias() - whole.bias()).abs() < 1e-15);
@@ -305,7 +312,9 @@ mod tests {
     #[test]
     fn parallel_path_matches_serial() {
         let n = 3 * PARALLEL_MIN + 48;
-        let x: Vec<f32> = (0..n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 77.0).collect();
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 77.0)
+            .collect();
         let q: Vec<f32> = x.iter().map(|v| (v * 2.0).round() / 2.0).collect();
         let par = tensor_sums(&x, &q).unwrap();
         let ser = ErrorSums::of_slices(&x, &q);
@@ -331,7 +340,16 @@ mod tests {
         let e = tensor_sums(&[1.0, 2.0], &[1.0]).unwrap_err();
         assert!(e.to_string().contains("2 and 1"), "{e}");
         let e = tensor_sums(&[1.0, f32::NAN, f32::INFINITY], &[0.0; 3]).unwrap_err();
-        assert!(matches!(e, Error::NonFinite { count: 2, first_index: 1 }), "{e}");
+        assert!(
+            matches!(
+                e,
+                Error::NonFinite {
+                    count: 2,
+                    first_index: 1
+                }
+            ),
+            "{e}"
+        );
         let e = block_sums(&[0.0; 10], &[0.0; 10], 4).unwrap_err();
         assert!(e.to_string().contains("blocks of 4"), "{e}");
     }
@@ -359,6 +377,9 @@ mod tests {
         let ratios: Vec<f64> = (1..=10).map(|l| r.powi(l)).collect();
         assert!((geometric_rate(&ratios).unwrap() - r).abs() < 1e-12);
         assert!(geometric_rate(&[]).is_err());
-        assert!(geometric_rate(&[1.0, 0.0]).unwrap_err().to_string().contains("ratio 1"));
+        assert!(geometric_rate(&[1.0, 0.0])
+            .unwrap_err()
+            .to_string()
+            .contains("ratio 1"));
     }
 }

@@ -68,7 +68,10 @@ fn bias_stats<'py>(
 #[pyfunction]
 fn code_histogram(codes: PyReadonlyArrayDyn<'_, u8>, count: usize) -> PyResult<Vec<u64>> {
     let bytes = contiguous(&codes, "codes")?;
-    let hist = codes.py().detach(|| bias::code_histogram(bytes, count)).py_err()?;
+    let hist = codes
+        .py()
+        .detach(|| bias::code_histogram(bytes, count))
+        .py_err()?;
     Ok(hist.to_vec())
 }
 
