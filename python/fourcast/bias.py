@@ -100,6 +100,10 @@ _LEVELS = {
 }
 
 
+def _as_list(names: str | Sequence[str]) -> list[str]:
+    return [names] if isinstance(names, str) else list(names)
+
+
 def _unknown(what: str, name: Any, valid: Iterable[Any]) -> FormatError:
     return FormatError(f"unknown {what} '{name}'; valid: {', '.join(str(v) for v in valid)}")
 
@@ -528,7 +532,7 @@ class DepthResult:
 
 def depth(
     grids: Sequence[str] = ("e2m1", "e1m2", "int4"),
-    scale: str = "nv",
+    scale: str | Sequence[str] = "nv",
     rhts: Sequence[int] = (0, 16),
     roundings: Sequence[str] = ("rtne",),
     depth: int = 32,
@@ -558,7 +562,7 @@ def depth(
     for s in stacks:
         if s not in ("linear", "mlp"):
             raise _unknown("stack", s, ("linear", "mlp"))
-    specs = [resolve(g, scale) for g in grids]
+    specs = [resolve(g, s) for g in grids for s in _as_list(scale)]
     rng = np.random.default_rng(seed)
     x0 = synthetic(dist, (tokens, width), seed)
     weights = [
@@ -691,7 +695,7 @@ def captured(run_dir: str | pathlib.Path) -> dict[int, dict[tuple[str, str], pat
 def analyse_run(
     run_dir: str | pathlib.Path,
     grids: Sequence[str] = ("e2m1", "e1m2", "int4"),
-    scale: str = "nv",
+    scale: str | Sequence[str] = "nv",
     rhts: Sequence[int] = (0, 16),
     roundings: Sequence[str] = ("rtne",),
     operands: Sequence[str] = tuple(OPERANDS),
@@ -710,7 +714,7 @@ def analyse_run(
         if op not in OPERANDS:
             raise _unknown("operand", op, OPERANDS)
     files = captured(run_dir)
-    specs = [resolve(g, scale) for g in grids]
+    specs = [resolve(g, s) for g in grids for s in _as_list(scale)]
     jobs = [(s, k, p) for s, by in sorted(files.items()) for k, p in sorted(by.items())]
     rows, skipped, layers = [], [], set()
     for done, (step, (layer, role), path) in enumerate(jobs, 1):

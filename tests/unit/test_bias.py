@@ -295,3 +295,8 @@ def test_captured_tensor_must_be_float32_2d(tmp_path):
     np.save(step / "l.x.npy", np.zeros((4, 4, 4), np.float32))
     with pytest.raises(ConfigError, match="2-D float32"):
         analyse_run(tmp_path)
+
+
+def test_depth_and_run_accept_several_scale_rules():
+    d = depth(["e2m1"], ["nv", "mx"], rhts=[0], depth=1, width=64, tokens=16, stacks=["linear"])
+    assert [c["format"] for c in d.curves] == ["e2m1/nv", "e2m1/mx"]

@@ -82,7 +82,7 @@ def bias(
     if run is not None:
         with _progress("analysing captured tensors", show) as tick:
             analysis = fb.analyse_run(
-                run, grids=grids, scale=scales[0], rhts=rhts, roundings=roundings, seed=seed, progress=tick
+                run, grids=grids, scale=scales, rhts=rhts, roundings=roundings, seed=seed, progress=tick
             )
         if json_out:
             emit_json(analysis)
@@ -104,7 +104,7 @@ def bias(
     if depth > 0:
         with _progress("depth study", show) as tick:
             deep = fb.depth(
-                grids, scales[0], rhts, roundings, depth, width, tokens, _names(stack), seed=seed, progress=tick
+                grids, scales, rhts, roundings, depth, width, tokens, _names(stack), seed=seed, progress=tick
             )
     if plot is not None:
         written = [fb.plot_histograms(result, plot)]
