@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from fourcast.cli import bias, formats
+from fourcast.cli import bias, formats, train
 
 app = typer.Typer(
     name="fourcast",
@@ -37,7 +37,7 @@ def _root(
     _DEBUG["on"] = debug
 
 
-for _group in (bias, formats):
+for _group in (bias, formats, train):
     _group.register(app)
 
 
