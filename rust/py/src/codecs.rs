@@ -239,6 +239,12 @@ fn philox<'py>(
     to2d(py, out, n, 4)
 }
 
+/// Raw Philox4x32-10 on a full counter and key (Random123 known-answer checks).
+#[pyfunction]
+fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+    rng::philox4x32_10(counter, key)
+}
+
 /// tl.rand(seed, offsets): float32 uniforms in [0, 1).
 #[pyfunction]
 fn philox_uniform<'py>(
@@ -370,6 +376,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(unpack_codes, m)?)?;
     m.add_function(wrap_pyfunction!(philox, m)?)?;
     m.add_function(wrap_pyfunction!(philox_uniform, m)?)?;
+    m.add_function(wrap_pyfunction!(philox4x32_10, m)?)?;
     m.add_function(wrap_pyfunction!(rht_signs, m)?)?;
     m.add_function(wrap_pyfunction!(rht_f32, m)?)?;
     m.add_function(wrap_pyfunction!(rht_f64, m)?)?;

@@ -277,10 +277,11 @@ impl Tensor {
                 t.s_dec = 1.0 / s_enc;
             }
             Rule::Torchao => {
-                // torchao: per_tensor_scale = amax / (448 * 6). fourcast uses 1 when it
-                // would be 0 (amax == 0 or underflow), where torchao divides by zero.
+                // torchao: per_tensor_scale = amax / (448 * 6). Where torchao divides by
+                // zero or overflows 1/pts (amax == 0, or amax below ~2688 / FLT_MAX),
+                // fourcast uses 1 (single-level scaling) instead of producing inf/NaN.
                 let mut pts = amax / smax_g;
-                if pts == 0.0 {
+                if pts == 0.0 || !(1.0 / pts).is_finite() {
                     pts = 1.0;
                 }
                 t.k = pts;
