@@ -9,7 +9,7 @@ C = (acc / ts_a) / ts_b, cast to bf16 or f32.
 
 Error bound (tests/gpu/test_gemm.py): with A_hat, B_hat the dequantized operands and
 C64 their float64 product, |C - C64| <= 2 * K * 2^-24 * (|A_hat| |B_hat|^T) + the output
-rounding (2^-9 |C64| for bf16): FP32 accumulation in any order (tensor cores included)
+rounding (2^-8 |C64| for bf16): FP32 accumulation in any order (tensor cores included)
 plus the two epilogue divisions.
 
 Example (CUDA):

@@ -1,8 +1,8 @@
 """Standalone random Hadamard transform (Triton), for analysis: block-diagonal H_n
 (Sylvester order) along one axis, signs applied first, normalised by 1/sqrt(n).
-The arithmetic is quantize.py's `_rotate` (FWHT butterflies in f32, the order of
-reference.rht_lastdim), so the result equals reference.rht bit for bit before the
-final cast to x.dtype (tests/interpret/test_hadamard.py).
+The arithmetic is quantize.py's `_rotate` (FWHT butterflies in f64, the order and the
+single rounding to f32 of the Rust core and reference.rht_lastdim), so the result
+equals reference.rht and fc.rht bit for bit (tests/interpret/test_hadamard.py).
 
 Example (CUDA):
     >>> y = rht(x, 16, ops.rht_signs(16, "te"))    # doctest: +SKIP
@@ -17,18 +17,18 @@ import triton
 import triton.language as tl
 
 from fourcast.errors import ShapeError
-from fourcast.kernels.quantize import _cast_out, _rotate
+from fourcast.kernels.quantize import _cast_out, _rotate, rht_norm
 from fourcast.kernels.utils import check_kernel_input, check_rht, interpreting
 
 
 @triton.jit
-def _rht_kernel(X, Y, SIGNS, R, C, scale, N: tl.constexpr, LOG2N: tl.constexpr, RNE_BF16: tl.constexpr,
+def _rht_kernel(X, Y, SIGNS, R, C, scale, N: tl.constexpr, LOG2N: tl.constexpr, RNE_BF16: tl.constexpr, NORM: tl.constexpr,
                 BM: tl.constexpr, BK: tl.constexpr):
     m = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
     k = tl.program_id(1) * BK + tl.arange(0, BK)[None, :]
     inb = (m < R) & (k < C)
     x = tl.load(X + m * C + k, mask=inb, other=0.0).to(tl.float32)
-    y = _rotate(x, k, SIGNS, SIGNS, scale, BM, BK, N, LOG2N, 0, False)
+    y = _rotate(x, k, SIGNS, SIGNS, scale, BM, BK, N, LOG2N, 0, False, NORM)
     tl.store(Y + m * C + k, _cast_out(y, Y, RNE_BF16), mask=inb)
 
 
@@ -47,6 +47,6 @@ def rht(x: torch.Tensor, n: int, signs: torch.Tensor, axis: int = -1) -> torch.T
     bm = max(16, 4096 // bk) if not interpreting() else 16
     scale = float(torch.tensor(1.0 / math.sqrt(n), dtype=torch.float32))
     _rht_kernel[(triton.cdiv(r, bm), triton.cdiv(c, bk))](
-        xm, y, signs.contiguous(), r, c, scale, N=n, LOG2N=int(math.log2(n)), RNE_BF16=interpreting(), BM=bm, BK=bk,
+        xm, y, signs.contiguous(), r, c, scale, N=n, LOG2N=int(math.log2(n)), RNE_BF16=interpreting(), NORM=rht_norm(n), BM=bm, BK=bk,
         num_warps=4)
     return y.movedim(-1, axis)

@@ -15,10 +15,11 @@ caller-supplied `tensor_amax` (periodic / delayed scaling) skips it. Holding x o
 between the two would need a grid-wide barrier and all of x in SMEM, which 8192^2 bf16
 (128 MiB) does not fit.
 
-RHT: signs, then the FWHT butterflies in registers (reshape/permute/split/join), the
-same pairing and order as reference.rht_lastdim, so the rotated values are bit-exact
-too. RHT_IMPL=1 instead multiplies by the block-diagonal (D H) on the tensor cores
-(faster on Hopper, bits then depend on the MMA's summation: compare with ROT output).
+RHT: signs, then the FWHT butterflies in registers (reshape/permute/split/join) in f64,
+the pairing, order and single rounding of the Rust core (reference.rht_lastdim), so the
+rotated values, hence the codes, are bit-exact to fc.quantize(fc.rht(x)) too.
+RHT_IMPL=1 instead multiplies by the block-diagonal (D H) on the tensor cores (faster
+on Hopper; bits then depend on the MMA's summation: tests compare with the ROT output).
 """
 
 from __future__ import annotations
@@ -129,12 +130,17 @@ def _fwht(y, BM: tl.constexpr, BK: tl.constexpr, LOG2N: tl.constexpr):
 
 @triton.jit
 def _rotate(x, k, SIGNS, HMAT, rht_scale, BM: tl.constexpr, BK: tl.constexpr, RHT_N: tl.constexpr,
-            LOG2N: tl.constexpr, RHT_IMPL: tl.constexpr, DOT_BF16: tl.constexpr):
-    """RHT of an f32 tile along dim 1 (k: the tile's column indices)."""
+            LOG2N: tl.constexpr, RHT_IMPL: tl.constexpr, DOT_BF16: tl.constexpr, RHT_NORM: tl.constexpr):
+    """RHT of an f32 tile along dim 1 (k: the tile's column indices).
+    RHT_IMPL 0: reference.rht_lastdim exactly (f64 butterflies, times RHT_NORM = the f64
+    1.0 / sqrt(n) computed on the host, one rounding to f32): the Rust core's arithmetic.
+    RHT_IMPL 1: one dot with the block-diagonal (D H) (tensor cores for bf16 input),
+    times f32 rht_scale: faster, bits depend on the MMA's summation."""
     if RHT_IMPL == 0:
-        s = tl.load(SIGNS + (k % RHT_N))
-        y = _fwht(x * s, BM, BK, LOG2N)
-    else:  # block-diagonal (D H) [BK, BK] on the tensor cores / FMA units
+        s = tl.load(SIGNS + (k % RHT_N)).to(tl.float64)
+        y = _fwht(x.to(tl.float64) * s, BM, BK, LOG2N)
+        return (y * tl.full((1, 1), RHT_NORM, tl.float64)).to(tl.float32)
+    else:
         rows = tl.arange(0, BK)[:, None]
         cols = tl.arange(0, BK)[None, :]
         h = tl.load(HMAT + rows * BK + cols)
@@ -142,7 +148,7 @@ def _rotate(x, k, SIGNS, HMAT, rht_scale, BM: tl.constexpr, BK: tl.constexpr, RH
             y = tl.dot(x.to(tl.bfloat16), h.to(tl.bfloat16))
         else:
             y = tl.dot(x, h, input_precision="ieee")
-    return y * rht_scale
+        return y * rht_scale
 
 
 @triton.jit
@@ -162,7 +168,7 @@ def _tensor_scales(amax, PER_TENSOR: tl.constexpr, RULE: tl.constexpr, NUM: tl.c
     num = tl.full(amax.shape, NUM, tl.float32)
     if RULE == 3 and not PER_TENSOR:
         pts = tl.math.div_rn(amax, num)
-        pts = tl.where((pts == 0) | _nonfinite(pts), one, pts)
+        pts = tl.where((pts == 0) | _nonfinite(pts) | _nonfinite(tl.math.div_rn(one, pts)), one, pts)
         return tl.math.div_rn(one, pts), pts
     elif RULE == 2 or PER_TENSOR:
         s = tl.minimum(tl.math.div_rn(num, amax), 3.4028234663852886e38)
@@ -198,9 +204,13 @@ def _quant_tile(y, m, k, M, K, amax, seed, offset,
         if SCALE == 1:  # ue8m0
             if RULE == 0:
                 e = _floor_log2(bamax) - EMAX
-            else:
-                t = bamax * (1.0 / GMAX)
-                e = _floor_log2(t) + ((t.to(tl.int32, bitcast=True) & 0x7FFFFF) != 0).to(tl.int32)
+            else:  # rceil (reference.rceil_exponent)
+                t = (bamax * (1.0 / GMAX)).to(tl.int32, bitcast=True)
+                field = (t >> 23) & 0xFF
+                man = t & 0x7FFFFF
+                byte = tl.where(field == 0, (man > 0x400000).to(tl.int32),
+                                tl.minimum(field + (man != 0).to(tl.int32), 254))
+                e = byte - 127
             e = tl.minimum(tl.maximum(e, -127), 127)
             sbytes = e + 127
             sv = _pow2(e)
@@ -216,7 +226,7 @@ def _quant_tile(y, m, k, M, K, amax, seed, offset,
             s = tl.math.div_rn(tl.math.div_rn(bamax, gm), tl.broadcast_to(pts, bamax.shape))
             s = tl.minimum(tl.maximum(s, S_MIN), S_GMAX)
             sbytes, sv = _round_grid(s, s, S_EMIN, S_MBITS, False, 0)
-            q = tl.math.div_rn(y, _expand(pts * sv, BM, BK, B, TILE2D))
+            q = y * _expand(tl.math.div_rn(tl.broadcast_to(s_enc, sv.shape), sv), BM, BK, B, TILE2D)
         sbytes = tl.where(bad, NANB, sbytes)
         sval = _expand(tl.where(bad, float("nan"), sv), BM, BK, B, TILE2D)
         bad_elem = _expand(bad.to(tl.int32), BM, BK, B, TILE2D) != 0
@@ -290,7 +300,7 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
                      PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, WRITE_CODES: tl.constexpr,
                      WRITE_XHAT: tl.constexpr, WRITE_ROT: tl.constexpr,
                      RHT_N: tl.constexpr, LOG2N: tl.constexpr, RHT_IMPL: tl.constexpr, DOT_BF16: tl.constexpr,
-                     RNE_BF16: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+                     RNE_BF16: tl.constexpr, RHT_NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
     """One [BM, BK] tile of the (M, K) layout (x viewed through strides s_m, s_k).
     PASS 0: tensor amax only (atomic max of |y| bits: NaN > Inf > finite, so NaN wins).
     PASS 1: quantize; codes/scales and/or x_hat (written through x's strides)."""
@@ -299,7 +309,7 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
     inb = (m < M) & (k < K)
     x = tl.load(X + m * s_m + k * s_k, mask=inb, other=0.0).to(tl.float32)
     if RHT_N > 0:
-        y = _rotate(x, k, SIGNS, HMAT, rht_scale, BM, BK, RHT_N, LOG2N, RHT_IMPL, DOT_BF16)
+        y = _rotate(x, k, SIGNS, HMAT, rht_scale, BM, BK, RHT_N, LOG2N, RHT_IMPL, DOT_BF16, RHT_NORM)
     else:
         y = x
     if PASS == 0 or FUSE_AMAX:
@@ -332,7 +342,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    NUM: tl.constexpr, NANB: tl.constexpr, MODE_R: tl.constexpr, MODE_C: tl.constexpr,
                    PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, WRITE_CODES: tl.constexpr,
                    WRITE_XHAT: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, RN_C: tl.constexpr,
-                   LOG2N_C: tl.constexpr, RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+                   LOG2N_C: tl.constexpr, RNE_BF16: tl.constexpr, NORM_R: tl.constexpr, NORM_C: tl.constexpr,
+                   BR: tl.constexpr, BC: tl.constexpr):
     """Row-wise (blocks along C) AND column-wise (blocks along R: x^T's layout) copies of a
     row-major (R, C) x from ONE read of each [BR, BC] tile. Each copy has its own RHT,
     rounding and tensor amax (AMAX_BITS[0] row, [1] col); x_hat of both in x's orientation."""
@@ -344,7 +355,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     x = tl.load(X + r * C + c, mask=inb, other=0.0).to(tl.float32)
     # row copy: layout (R, C), tile [BR, BC]
     if RN_R > 0:
-        yr = _rotate(x, c, SIGNS_R, SIGNS_R, scale_r, BR, BC, RN_R, LOG2N_R, 0, False)
+        yr = _rotate(x, c, SIGNS_R, SIGNS_R, scale_r, BR, BC, RN_R, LOG2N_R, 0, False, NORM_R)
     else:
         yr = x
     # column copy: layout (C, R), tile [BC, BR] = x^T
@@ -352,7 +363,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     kt = pid_r * BR + tl.arange(0, BR)[None, :]
     xt = tl.trans(x)
     if RN_C > 0:
-        yc = _rotate(xt, kt, SIGNS_C, SIGNS_C, scale_c, BC, BR, RN_C, LOG2N_C, 0, False)
+        yc = _rotate(xt, kt, SIGNS_C, SIGNS_C, scale_c, BC, BR, RN_C, LOG2N_C, 0, False, NORM_C)
     else:
         yc = xt
     if PASS == 0 or FUSE_AMAX:
@@ -499,6 +510,11 @@ def _rht_args(rht, bk: int, device, impl: int):
     return signs, hmat, scale, n, int(math.log2(n))
 
 
+def rht_norm(n: int) -> float:
+    """f64 1 / sqrt(n), as the Rust core computes it (1.0 when there is no RHT)."""
+    return 1.0 / math.sqrt(n) if n else 1.0
+
+
 def _layout(x: torch.Tensor, axis: int):
     r, c = flat2d(x.shape)
     if axis == -1:
@@ -535,7 +551,7 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
     else:
         amax_in = amax_bits.view(torch.float32)
     common = dict(consts, RHT_N=rn, LOG2N=log2n, RHT_IMPL=rht_impl, DOT_BF16=x.dtype == torch.bfloat16 and not
-                  interpreting(), RNE_BF16=interpreting(), BM=bm, BK=bk, num_warps=warps)
+                  interpreting(), RNE_BF16=interpreting(), RHT_NORM=rht_norm(rn), BM=bm, BK=bk, num_warps=warps)
     args = (x, codes, scales, xhat, rot, amax_bits, amax_in, ts, signs, hmat, m, k, s_m, s_k, int(seed),
             int(offset), rscale)
     if need_amax:
@@ -646,7 +662,8 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
         amax_in = amax_bits.view(torch.float32)
     grid = (triton.cdiv(R, br), triton.cdiv(C, bc))
     common = dict(consts, MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c], RN_R=rn_r, LOG2N_R=l_r,
-                  RN_C=rn_c, LOG2N_C=l_c, RNE_BF16=interpreting(), BR=br, BC=bc, num_warps=warps)
+                  RN_C=rn_c, LOG2N_C=l_c, RNE_BF16=interpreting(), NORM_R=rht_norm(rn_r), NORM_C=rht_norm(rn_c), BR=br,
+                  BC=bc, num_warps=warps)
     args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
             int(seed), int(offset), int(offset) + R * C, scale_r, scale_c)
     if fresh:

@@ -112,6 +112,15 @@ def pow2(k: torch.Tensor) -> torch.Tensor:
     return from_bits(torch.where(k >= -126, normal, sub))
 
 
+def rceil_exponent(t: torch.Tensor) -> torch.Tensor:
+    """e with 2^e = 2^ceil(log2 t) clamped to [2^-127, 2^127], t >= 0: exponent field plus
+    one when the mantissa is non-zero; a subnormal t gives -127 up to 2^-127, else -126."""
+    bits = f32_bits(t)
+    field, man = (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    byte = torch.where(field == 0, (man > 0x400000).to(torch.int32), torch.clamp(field + (man != 0).to(torch.int32), max=254))
+    return byte - 127
+
+
 def floor_log2(a: torch.Tensor) -> torch.Tensor:
     """The f32 exponent field minus 127 (zero and subnormals give -127)."""
     return ((f32_bits(a) >> 23) & 0xFF) - 127
@@ -237,25 +246,26 @@ def rht_signs(n: int, policy: str, seed: int = 0, device=None) -> torch.Tensor:
 
 
 def rht_lastdim(x32: torch.Tensor, n: int, signs: torch.Tensor) -> torch.Tensor:
-    """Block-diagonal RHT of size n along the last dim of an f32 tensor: signs first,
-    then the in-place FWHT butterflies (a fixed summation order), then * f32(n^-1/2)."""
+    """Block-diagonal RHT of size n along the last dim, as the Rust core computes it:
+    f64 signs, in-place FWHT butterflies (stage h pairs i, i + h in groups of 2h), times
+    f64 1/sqrt(n), rounded once to f32. The Triton kernels run the same f64 sequence."""
     shape = x32.shape
-    y = x32.reshape(-1, n) * signs.to(x32.device)
+    y = x32.reshape(-1, n).double() * signs.to(x32.device, torch.float64)
     h = 1
     while h < n:
         y = y.reshape(-1, n // (2 * h), 2, h)
         a, b = y[:, :, 0, :], y[:, :, 1, :]
         y = torch.stack([a + b, a - b], dim=2)
         h *= 2
-    y = y.reshape(shape)
-    return y * torch.tensor(1.0 / math.sqrt(n), dtype=torch.float32)
+    return (y.reshape(shape) * (1.0 / math.sqrt(n))).to(torch.float32)
 
 
 def rht(x: torch.Tensor, n: int, signs: torch.Tensor, axis: int = -1) -> torch.Tensor:
-    """RHT along `axis` (its length a multiple of n); f32 arithmetic, result in x.dtype."""
+    """RHT along `axis` (its length a multiple of n): f32 result (rht_lastdim) cast to
+    x.dtype, as fc.rht returns it."""
     n, signs = check_rht((n, signs), x.device)
-    if x.shape[axis] % n:
-        raise ShapeError(f"length {x.shape[axis]} along axis {axis} is not a multiple of the RHT size {n}")
+    if x.dim() == 0 or x.shape[axis] % n:
+        raise ShapeError(f"length along axis {axis} of shape {tuple(x.shape)} is not a multiple of the RHT size {n}")
     y = rht_lastdim(x.float().movedim(axis, -1).contiguous(), n, signs)
     return y.movedim(-1, axis).to(x.dtype)
 
@@ -306,7 +316,7 @@ def _torchao_pts(amax: torch.Tensor, spec: Spec) -> torch.Tensor:
     """torchao's per-tensor (decode) scale amax / (smax * gmax); 1 when amax is 0/non-finite."""
     den = torch.tensor(SCALE_TARGET[spec.scale] * spec.grid.gmax, dtype=torch.float32, device=amax.device)
     pts = amax / den
-    bad = (pts == 0) | ~torch.isfinite(pts)
+    bad = (pts == 0) | ~torch.isfinite(pts) | ~torch.isfinite(1.0 / pts)
     return torch.where(bad, torch.ones_like(pts), pts)
 
 
@@ -341,10 +351,9 @@ def quantize_layout(q: torch.Tensor, spec: Spec, rounding: str = "rtne", seed: i
         if spec.scale == "ue8m0":
             if spec.rule == "floor":
                 e = floor_log2(bamax) - g.emax
-            else:  # rceil: exponent of amax * f32(1/gmax), plus one if its mantissa is non-zero
+            else:  # rceil: 2^ceil(log2(amax * f32(1/gmax))) (TE float_to_e8m0; the Rust e8m0_ceil)
                 t = bamax * torch.tensor(1.0 / g.gmax, dtype=torch.float32, device=dev)
-                bits = f32_bits(t)
-                e = floor_log2(t) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+                e = rceil_exponent(t)
             e = torch.clamp(e, -127, 127)
             scale_bytes = e + 127
             mult = _expand(pow2(-e), spec, m, k)
@@ -356,12 +365,11 @@ def quantize_layout(q: torch.Tensor, spec: Spec, rounding: str = "rtne", seed: i
             s_dec_q = decode_scale(scale_bytes, spec.scale)
             enc_b = torch.clamp(1.0 / (s_dec_q * (1.0 / s_enc)), max=FLT_MAX)
             y = q * _expand(enc_b, spec, m, k)
-        else:  # torchao: s = cast(clamp((bamax / gmax) / pts)); x / (pts * f32(s))
+        else:  # torchao: s = cast(clamp((bamax / gmax) / pts)); x * ((1 / pts) / f32(s))
             pts = _torchao_pts(amax, spec)
             s = torch.clamp((bamax / gmax) / pts, min=SCALE_MIN_NORMAL[spec.scale], max=SCALE_GRIDS[spec.scale].gmax)
             scale_bytes = encode_scale(s, spec.scale)
-            total = pts * decode_scale(scale_bytes, spec.scale)
-            y = q / _expand(total, spec, m, k)
+            y = q * _expand(s_enc / decode_scale(scale_bytes, spec.scale), spec, m, k)
         scale_bytes = torch.where(bad_block, NAN_BYTE[spec.scale], scale_bytes).to(torch.uint8)
         bad_elem = _expand(bad_block, spec, m, k)
 
