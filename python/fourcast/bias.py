@@ -75,7 +75,7 @@ SCALE_RULES: dict[str, dict[str, Any]] = {
 }
 ROUNDINGS = ("rtne", "away", "sr")
 RHT_SIZES = (0, 16, 32, 64, 128)
-DISTRIBUTIONS = ("gaussian", "laplace", "student-t", "lognormal")
+DISTRIBUTIONS = ("gaussian", "laplace", "student-t", "lognormal", "relu")
 ROLES = ("x", "w", "dy")
 #: recipe operand -> (captured role, axis of the GEMM's reduction dim)
 OPERANDS: dict[str, tuple[str, int]] = {
@@ -211,7 +211,8 @@ def synthetic(
     """A float32 test tensor. ``dist``: ``gaussian`` (unit variance), ``laplace`` (unit
     variance), ``student-t`` (``nu`` degrees of freedom, default 4; also ``"student-t:3"``),
     ``lognormal`` (magnitudes exp(N(0, sigma^2)), default sigma 1, random signs; also
-    ``"lognormal:2"``). A ``+outliers`` suffix (or ``outliers=`` > 0) puts one element of
+    ``"lognormal:2"``), ``relu`` (sqrt(2) max(0, N(0, 1)): half exact zeros, like an
+    MLP's second-GEMM input). A ``+outliers`` suffix (or ``outliers=`` > 0) puts one element of
     ``outlier_scale`` times the tensor's RMS in that fraction of blocks of
     ``outlier_block`` along the last axis (default 5% when given by suffix).
 
@@ -230,9 +231,11 @@ def synthetic(
         if dof <= 0:
             raise FormatError(f"student-t needs nu > 0, got {dof}")
         x = rng.standard_t(dof, shape)
-    else:
+    elif base == "lognormal":
         s = float(param if param is not None else (sigma if sigma is not None else 1.0))
         x = np.exp(rng.normal(0.0, s, shape)) * rng.choice((-1.0, 1.0), shape)
+    else:
+        x = math.sqrt(2.0) * np.maximum(rng.standard_normal(shape), 0.0)
     if with_outliers and outliers == 0.0:
         outliers = 0.05
     if outliers > 0.0:

@@ -300,3 +300,10 @@ def test_captured_tensor_must_be_float32_2d(tmp_path):
 def test_depth_and_run_accept_several_scale_rules():
     d = depth(["e2m1"], ["nv", "mx"], rhts=[0], depth=1, width=64, tokens=16, stacks=["linear"])
     assert [c["format"] for c in d.curves] == ["e2m1/nv", "e2m1/mx"]
+
+
+def test_relu_distribution_is_half_exact_zeros():
+    x = synthetic("relu", (256, 256), seed=0)
+    assert x.min() == 0.0
+    assert (x == 0).mean() == pytest.approx(0.5, abs=0.01)
+    assert float(np.mean(x.astype(np.float64) ** 2)) == pytest.approx(1.0, abs=0.02)

@@ -60,7 +60,7 @@ def bias(
     dist: str = typer.Option(
         "gaussian,laplace,student-t:3,lognormal:1,gaussian+outliers",
         "--dist",
-        help="Synthetic distributions: gaussian, laplace, student-t[:nu], lognormal[:sigma], each optionally +outliers.",
+        help="Synthetic distributions: gaussian, laplace, student-t[:nu], lognormal[:sigma], relu, each optionally +outliers.",
     ),
     rht: str = typer.Option("0,16,128", "--rht", help="RHT sizes (0 = none; 16, 32, 64, 128)."),
     rounding: str = typer.Option("rtne,sr", "--rounding", help="Roundings: rtne, away, sr."),
