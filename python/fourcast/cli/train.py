@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 from typing import List, Optional
 
 import typer
@@ -110,11 +111,11 @@ def compare(
         return "-" if v is None else fmt.format(v)
 
     emit_table(
-        f"fourcast compare (baseline: {rows[0]['baseline'] or 'none, no bf16 run'})",
-        ["run", "recipe", "train loss", "val loss", "val vs bf16", "train vs bf16", "step ms", "step vs bf16", "peak GiB"],
+        f"fourcast compare: final losses; Δ and × against {pathlib.Path(rows[0]['baseline']).name if rows[0]['baseline'] else 'nothing (no bf16 run)'}",
+        ["run", "recipe", "train", "val", "val Δ", "train Δ", "step ms", "step ×", "peak GiB"],
         [
             [
-                r["run"],
+                pathlib.Path(r["run"]).name,
                 r["recipe"],
                 num(r["final_train_loss"]),
                 num(r["final_val_loss"]),
