@@ -637,7 +637,9 @@ def _depth_curve(x0, weights, exact, stack, spec, rounding, rht, seed) -> dict:
 
 @dataclass
 class RunAnalysis:
-    """Per (step, layer, operand, format, rht) rows and their means per operand/format/rht."""
+    """Per (step, layer, operand, format, rounding, rht) rows, and means over them:
+    ``summary()`` per operand/format/rounding/rht, ``per_step()`` adds the step (bias
+    over training), ``per_layer()`` adds the layer (bias through depth)."""
 
     run_dir: str
     steps: list[int]
@@ -645,29 +647,45 @@ class RunAnalysis:
     rows: list[dict]
     skipped: list[str]
 
-    def summary(self) -> list[dict]:
+    _KEYS = ("operand", "format", "rounding", "rht")
+
+    def _group(self, extra: tuple[str, ...]) -> list[dict]:
+        keys = (*extra, *self._KEYS)
         groups: dict[tuple, list[dict]] = {}
         for r in self.rows:
-            groups.setdefault((r["operand"], r["format"], r["rounding"], r["rht"]), []).append(r)
+            groups.setdefault(tuple(r[k] for k in keys), []).append(r)
         out = []
-        for (operand, fmt, rounding, rht), rs in sorted(groups.items()):
+        for key, rs in sorted(groups.items()):
+            bias = [r["bias"] for r in rs]
             out.append(
                 {
-                    "operand": operand,
-                    "format": fmt,
-                    "rounding": rounding,
-                    "rht": rht,
+                    **dict(zip(keys, key)),
                     "tensors": len(rs),
-                    "bias_mean": float(np.mean([r["bias"] for r in rs])),
-                    "bias_min": float(np.min([r["bias"] for r in rs])),
-                    "bias_max": float(np.max([r["bias"] for r in rs])),
+                    "bias_mean": float(np.mean(bias)),
+                    "bias_min": float(np.min(bias)),
+                    "bias_max": float(np.max(bias)),
+                    "gain_mean": float(np.mean([r["gain"] for r in rs])),
                     "rel_rmse_mean": float(np.mean([r["rel_rmse"] for r in rs])),
                 }
             )
         return out
 
+    def summary(self) -> list[dict]:
+        return self._group(())
+
+    def per_step(self) -> list[dict]:
+        return self._group(("step",))
+
+    def per_layer(self) -> list[dict]:
+        return self._group(("layer",))
+
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "summary": self.summary()}
+        return {
+            **dataclasses.asdict(self),
+            "summary": self.summary(),
+            "per_step": self.per_step(),
+            "per_layer": self.per_layer(),
+        }
 
 
 _STEP_DIR = re.compile(r"^step(\d+)$")
@@ -820,6 +838,41 @@ def plot_depth(result: DepthResult, path: str | pathlib.Path) -> pathlib.Path:
     fig.legend(handles, labels, loc="center right", fontsize=7)
     fig.suptitle(f"depth study: width {result.width}, {result.tokens} tokens, input {result.dist}", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1 - 1.9 / fig.get_figwidth(), 1))
+    out = pathlib.Path(path)
+    fig.savefig(out, dpi=130)
+    plt.close(fig)
+    return out
+
+
+def plot_run(analysis: RunAnalysis, path: str | pathlib.Path) -> pathlib.Path:
+    """Captured tensors: mean signed bias over layers versus training step, one panel per
+    operand, one line per format x rounding x RHT. Writes a PNG and returns its path."""
+    plt = _pyplot()
+    per_step = analysis.per_step()
+    operands = list(dict.fromkeys(s["operand"] for s in per_step))
+    cols = min(3, max(1, len(operands)))
+    rows = -(-len(operands) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False)
+    for i, op in enumerate(operands):
+        ax = axes[i // cols][i % cols]
+        series: dict[tuple, list[tuple[int, float]]] = {}
+        for s in per_step:
+            if s["operand"] == op:
+                series.setdefault((s["format"], s["rounding"], s["rht"]), []).append((s["step"], s["bias_mean"]))
+        for (fmt, rounding, rht), pts in series.items():
+            pts.sort()
+            ax.plot([p[0] for p in pts], [100 * p[1] for p in pts], marker="o", markersize=3,
+                    label=f"{fmt} {rounding} RHT {rht}")
+        ax.axhline(0, color="grey", linewidth=0.5)
+        ax.set_title(op, fontsize=9)
+        ax.set_xlabel("step")
+        ax.set_ylabel("signed bias % (mean over layers)")
+        ax.tick_params(labelsize=7)
+    for j in range(len(operands), rows * cols):
+        axes[j // cols][j % cols].axis("off")
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(f"captured tensors of {analysis.run_dir}", fontsize=10)
+    fig.tight_layout()
     out = pathlib.Path(path)
     fig.savefig(out, dpi=130)
     plt.close(fig)

@@ -307,3 +307,19 @@ def test_relu_distribution_is_half_exact_zeros():
     assert x.min() == 0.0
     assert (x == 0).mean() == pytest.approx(0.5, abs=0.01)
     assert float(np.mean(x.astype(np.float64) ** 2)) == pytest.approx(1.0, abs=0.02)
+
+
+def test_run_analysis_groups_by_step_and_layer(tmp_path):
+    for step in (0, 5):
+        d = tmp_path / "tensors" / f"step{step:06d}"
+        d.mkdir(parents=True)
+        for layer in ("a", "b"):
+            np.save(d / f"{layer}.x.npy", synthetic("laplace", (32, 64), seed=step + len(layer)))
+    a = analyse_run(tmp_path, grids=["e2m1"], rhts=[0], operands=["fprop.x"])
+    assert len(a.rows) == 4
+    steps = {s["step"]: s for s in a.per_step()}
+    assert set(steps) == {0, 5} and steps[5]["tensors"] == 2
+    rows5 = [r["bias"] for r in a.rows if r["step"] == 5]
+    assert steps[5]["bias_mean"] == pytest.approx(np.mean(rows5), rel=1e-15)
+    assert {s["layer"] for s in a.per_layer()} == {"a", "b"}
+    assert a.summary()[0]["tensors"] == 4

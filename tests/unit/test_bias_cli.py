@@ -78,3 +78,14 @@ def test_plots_are_written(capsys, tmp_path):
     assert main(argv) == 0
     for path in (png, tmp_path / "bias-depth.png"):
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_plot_is_written(capsys, tmp_path):
+    for step in (0, 1):
+        d = tmp_path / "tensors" / f"step{step:06d}"
+        d.mkdir(parents=True)
+        np.save(d / "fc.dy.npy", fb.synthetic("laplace", (32, 64), seed=step))
+    png = tmp_path / "run.png"
+    assert main(["bias", "--run", str(tmp_path), "--grid", "e2m1", "--rht", "0", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "dgrad.dy" in capsys.readouterr().out

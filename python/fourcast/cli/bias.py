@@ -84,6 +84,8 @@ def bias(
             analysis = fb.analyse_run(
                 run, grids=grids, scale=scales, rhts=rhts, roundings=roundings, seed=seed, progress=tick
             )
+        if plot is not None:
+            typer.echo(f"wrote {fb.plot_run(analysis, plot)}", err=True)
         if json_out:
             emit_json(analysis)
             return
