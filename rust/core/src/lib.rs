@@ -10,6 +10,7 @@ pub mod bias;
 pub mod error;
 pub mod formats;
 pub mod hadamard;
+pub mod hw;
 pub mod quant;
 pub mod recipe;
 pub mod rng;

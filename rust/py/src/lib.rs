@@ -7,6 +7,7 @@ mod bias;
 mod codecs;
 mod errors;
 mod formats;
+mod hw;
 mod recipe;
 
 #[pymodule]
@@ -15,6 +16,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     bias::register(m)?;
     codecs::register(m)?;
     formats::register(m)?;
+    hw::register(m)?;
     recipe::register(m)?;
     Ok(())
 }

@@ -1,0 +1,330 @@
+//! `Hw`: a profile compiled to plain numbers (SI units) for fast evaluation, with the
+//! what-if natives applied. Everything the model computes reads from here.
+
+use crate::error::{Domain, Error, Result};
+
+use super::native::{Feature, Native};
+use super::operand::{Elem, ScaleFmt, ALL_ELEMS};
+use super::profile::Profile;
+
+/// Efficiency class of an MMA kind (one fitted main-loop efficiency each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Bf16 = 0,
+    Fp8 = 1,
+    Fp4 = 2,
+}
+
+/// Which operand layouts a kind needs K-major (TN-only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KMajor {
+    None,
+    SubByte,
+    All,
+}
+
+/// Block-scale mode of an MMA kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// No block scales: per-tensor (or per-row/column) scales applied in the epilogue.
+    NoBlock,
+    Block(ScaleFmt, u32),
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Option<Mode> {
+        if s == "none" {
+            return Some(Mode::NoBlock);
+        }
+        let (fmt, block) = s.split_once('/')?;
+        let scale = match fmt {
+            "ue8m0" => ScaleFmt::Ue8m0,
+            "ue4m3" | "e4m3" => ScaleFmt::E4m3,
+            "ue5m3" => ScaleFmt::Ue5m3,
+            _ => return None,
+        };
+        Some(Mode::Block(scale, block.parse().ok()?))
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            Mode::NoBlock => "no block scales".into(),
+            Mode::Block(s, b) => format!("{}/{}", s.name(), b),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kind {
+    pub name: String,
+    /// Bit masks of accepted containers (Elem::bit) for A and B.
+    pub a: u16,
+    pub b: u16,
+    pub modes: Vec<Mode>,
+    /// Dense FLOP/s of the chip with this kind.
+    pub flops: f64,
+    pub class: Class,
+    pub k_major: KMajor,
+    /// Added by a what-if (`native`), not in the shipped part.
+    pub hypothetical: bool,
+}
+
+impl Kind {
+    /// True if an operand stored in `container` must be K-major for this kind.
+    pub fn needs_k_major(&self, container: Elem) -> bool {
+        match self.k_major {
+            KMajor::None => false,
+            KMajor::SubByte => container.bits() < 8,
+            KMajor::All => true,
+        }
+    }
+
+    pub fn accepts(&self, e: Elem) -> bool {
+        self.a & e.bit() != 0 && self.b & e.bit() != 0
+    }
+}
+
+/// Fitted efficiencies (fractions of peak) and fixed costs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Eff {
+    pub mma: [f64; 3],
+    pub tile_cycles: f64,
+    pub mem: f64,
+    pub quant: f64,
+    pub vec: f64,
+    pub attention: f64,
+    pub launch_s: f64,
+    pub comm: f64,
+}
+
+/// Hardware features switched on by what-if natives that are not MMA kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fused {
+    /// Random bits for SR come from hardware (no Philox work in the quantizer).
+    pub sr: bool,
+    /// The quantizer rotates on the fly: no RHT arithmetic, rotated and plain copies
+    /// and their amaxes come from one read.
+    pub rht: bool,
+    /// Quantization folded into the producing kernel: no separate read or launch.
+    pub quant: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hw {
+    pub name: String,
+    pub display: String,
+    pub vendor: String,
+    pub sms: f64,
+    pub clock_hz: f64,
+    /// Vector instructions per second (FP32 FMA counts once).
+    pub vector_ops: f64,
+    /// Exponentials per second.
+    pub sfu: f64,
+    pub hbm_bps: f64,
+    pub hbm_bytes: f64,
+    pub l2_bps: f64,
+    /// Scale-up bandwidth per GPU, both directions together (bytes/s).
+    pub link_bps: f64,
+    pub hw_sr: bool,
+    pub tiles: Vec<(f64, f64)>,
+    pub multicast: f64,
+    pub kinds: Vec<Kind>,
+    pub eff: Eff,
+    pub fused: Fused,
+    /// Natives applied, as given ("ue5m3@0.5", ...).
+    pub natives: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+fn mask(names: &[String]) -> u16 {
+    names
+        .iter()
+        .filter_map(|n| Elem::parse(n))
+        .fold(0, |m, e| m | e.bit())
+}
+
+impl Hw {
+    pub fn from_profile(p: &Profile) -> Hw {
+        let kinds = p
+            .mma
+            .iter()
+            .map(|k| Kind {
+                name: k.name.clone(),
+                a: mask(&k.a),
+                b: mask(&k.b),
+                modes: k.scales.iter().filter_map(|s| Mode::parse(s)).collect(),
+                flops: k.tflops.value * 1e12,
+                class: match k.class.as_str() {
+                    "bf16" => Class::Bf16,
+                    "fp8" => Class::Fp8,
+                    _ => Class::Fp4,
+                },
+                k_major: match k.k_major_only.as_str() {
+                    "all" => KMajor::All,
+                    "subbyte" => KMajor::SubByte,
+                    _ => KMajor::None,
+                },
+                hypothetical: false,
+            })
+            .collect();
+        let e = &p.efficiency;
+        Hw {
+            name: p.name.clone(),
+            display: p.display.clone(),
+            vendor: p.vendor.clone(),
+            sms: p.chip.sms.value,
+            clock_hz: p.chip.clock_ghz.value * 1e9,
+            vector_ops: p.chip.vector_tflops.value * 1e12 / 2.0,
+            sfu: p.chip.sfu_texp_s.value * 1e12,
+            hbm_bps: p.memory.hbm_tbs.value * 1e12,
+            hbm_bytes: p.memory.hbm_gb.value * 1e9,
+            l2_bps: p.memory.l2_tbs.value * 1e12,
+            link_bps: p.links.scaleup_gbs.value * 1e9,
+            hw_sr: p.features.hw_sr.value,
+            tiles: p
+                .gemm
+                .tiles
+                .iter()
+                .map(|t| (t[0] as f64, t[1] as f64))
+                .collect(),
+            multicast: p.gemm.multicast as f64,
+            kinds,
+            eff: Eff {
+                mma: [e.mma_bf16.value, e.mma_fp8.value, e.mma_fp4.value],
+                tile_cycles: e.tile_overhead_cycles.value,
+                mem: e.mem.value,
+                quant: e.quant.value,
+                vec: e.vec.value,
+                attention: e.attention.value,
+                launch_s: e.launch_us.value * 1e-6,
+                comm: e.comm.value,
+            },
+            fused: Fused::default(),
+            natives: vec![],
+            notes: vec![],
+        }
+    }
+
+    /// Dense BF16 FLOP/s (the MFU reference).
+    pub fn bf16_peak(&self) -> f64 {
+        self.kinds
+            .iter()
+            .filter(|k| k.accepts(Elem::Bf16))
+            .map(|k| k.flops)
+            .fold(0.0, f64::max)
+    }
+
+    /// The fastest shipped FP4-class kind taking E2M1 (the reference for native rates).
+    fn fp4_reference(&self) -> Option<&Kind> {
+        self.kinds
+            .iter()
+            .filter(|k| k.class == Class::Fp4 && k.accepts(Elem::E2m1) && !k.hypothetical)
+            .max_by(|x, y| x.flops.total_cmp(&y.flops))
+    }
+
+    /// A copy with the what-if natives added (see `native`).
+    pub fn with_natives(&self, natives: &[Native]) -> Result<Hw> {
+        let mut hw = self.clone();
+        if natives.is_empty() {
+            return Ok(hw);
+        }
+        let (ref_flops, ref_modes, ref_kmajor) = match self.fp4_reference() {
+            Some(k) => (k.flops, k.modes.clone(), k.k_major),
+            None => {
+                let fp8 = self
+                    .kinds
+                    .iter()
+                    .filter(|k| k.class == Class::Fp8)
+                    .map(|k| k.flops)
+                    .fold(0.0, f64::max);
+                if fp8 == 0.0 {
+                    return Err(Error::invalid(
+                        Domain::Hardware,
+                        format!(
+                            "{}: no FP8 or FP4 kind to scale a native rate from",
+                            self.name
+                        ),
+                    ));
+                }
+                hw.notes.push(format!(
+                    "{} has no FP4 kind: native kinds assume FP4 = 2x the FP8 rate",
+                    self.name
+                ));
+                (
+                    2.0 * fp8,
+                    vec![Mode::Block(ScaleFmt::Ue8m0, 32)],
+                    KMajor::All,
+                )
+            }
+        };
+        let has = |f: Feature| natives.iter().any(|n| n.feature == f);
+        let mut elems = Elem::E2m1.bit();
+        if has(Feature::E1m2) {
+            elems |= Elem::E1m2.bit();
+        }
+        if has(Feature::Int4) {
+            elems |= Elem::Int4.bit() | Elem::Int4Sm.bit();
+        }
+        let mut extra_modes = vec![];
+        if has(Feature::Ue4m3) {
+            extra_modes.push(Mode::Block(ScaleFmt::E4m3, 16));
+        }
+        if has(Feature::Ue5m3) {
+            extra_modes.extend([
+                Mode::Block(ScaleFmt::Ue5m3, 16),
+                Mode::Block(ScaleFmt::Ue5m3, 32),
+            ]);
+        }
+        for n in natives {
+            let (name, a, modes) = match n.feature {
+                Feature::E1m2 | Feature::Int4 => {
+                    let mut modes = ref_modes.clone();
+                    modes.extend(extra_modes.iter().copied());
+                    (n.feature.name(), elems, modes)
+                }
+                Feature::Ue5m3 => (
+                    "ue5m3",
+                    elems,
+                    vec![
+                        Mode::Block(ScaleFmt::Ue5m3, 16),
+                        Mode::Block(ScaleFmt::Ue5m3, 32),
+                    ],
+                ),
+                Feature::Ue4m3 => ("ue4m3", elems, vec![Mode::Block(ScaleFmt::E4m3, 16)]),
+                Feature::Sr => {
+                    hw.fused.sr = true;
+                    continue;
+                }
+                Feature::Rht => {
+                    hw.fused.rht = true;
+                    continue;
+                }
+                Feature::FusedQuant => {
+                    hw.fused.quant = true;
+                    continue;
+                }
+            };
+            hw.kinds.push(Kind {
+                name: format!("native-{name}"),
+                a,
+                b: a,
+                modes,
+                flops: ref_flops * n.rate,
+                class: Class::Fp4,
+                k_major: ref_kmajor,
+                hypothetical: true,
+            });
+        }
+        hw.natives = natives.iter().map(|n| n.label()).collect();
+        Ok(hw)
+    }
+
+    /// Names of the elements a kind accepts (for reports).
+    pub fn elem_names(mask: u16) -> Vec<&'static str> {
+        ALL_ELEMS
+            .iter()
+            .filter(|e| mask & e.bit() != 0)
+            .map(|e| e.name())
+            .collect()
+    }
+}

@@ -1,0 +1,435 @@
+//! Single operations costed on their own: a GEMM with operand formats, a memory-bound
+//! pass by bytes, a quantization by outputs, attention by shape. The projection of a
+//! measured run (a list of such ops) and the calibration cases use these.
+//!
+//! Ops are JSON objects tagged by "op":
+//! `{"op": "gemm", "m": 8192, "n": 6144, "k": 4096, "format": "nvfp4"}` (or "a"/"b"),
+//! `{"op": "memory", "read_bytes": 1e9, "write_bytes": 1e9, "ops": 0, "exps": 0}`,
+//! `{"op": "copy", "bytes": 2147483648}`,
+//! `{"op": "quantize", "numel": 6.7e7, "outputs": [{"format": "nvfp4", "rht": 16, "sr": true}]}`,
+//! `{"op": "attention", "batch": 4, "seq": 4096, "heads": 32, "kv_heads": 8, "head_dim": 128}`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Domain, Error, Result};
+use crate::recipe::TensorFormat;
+
+use super::attention::{attention_time, AttnShape};
+use super::datapath::{candidates, choose, describe};
+use super::gemm::Shape;
+use super::machine::Hw;
+use super::memory::{pass_time, quant_cost, Pass, QuantOut};
+use super::operand::{Elem, Operand, ScaleFmt};
+
+/// A format by short name ("nvfp4") or as a recipe tensor format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FormatSpec {
+    Name(String),
+    Format(TensorFormat),
+}
+
+impl FormatSpec {
+    pub fn operand(&self) -> Result<Operand> {
+        match self {
+            FormatSpec::Name(n) => Operand::named(n),
+            FormatSpec::Format(f) => {
+                let op = Operand::from_recipe(Some(f))?;
+                if op.scale != ScaleFmt::Tensor && op.block == 0 {
+                    return Err(Error::invalid(
+                        Domain::Format,
+                        format!("format {f:?}: block scales need block > 0"),
+                    ));
+                }
+                Ok(op)
+            }
+        }
+    }
+}
+
+fn opt_operand(f: &Option<FormatSpec>) -> Result<Option<Operand>> {
+    f.as_ref().map(FormatSpec::operand).transpose()
+}
+
+fn one() -> u64 {
+    1
+}
+fn one32() -> u32 {
+    1
+}
+fn two() -> f64 {
+    2.0
+}
+fn launch() -> f64 {
+    1.0
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuantOutSpec {
+    pub format: FormatSpec,
+    #[serde(default)]
+    pub rht: u32,
+    #[serde(default)]
+    pub sr: bool,
+    /// Also write a transposed copy (TN-only MMA consuming the same data along the other dim).
+    #[serde(default)]
+    pub transposed_copy: bool,
+    /// What the quantizer writes, if not the format's own element ("bf16" = fake-quant).
+    #[serde(default)]
+    pub container: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    Gemm {
+        m: u64,
+        n: u64,
+        k: u64,
+        #[serde(default = "one")]
+        groups: u64,
+        /// Both operands (unless `a` / `b` say otherwise); absent = bf16.
+        #[serde(default)]
+        format: Option<FormatSpec>,
+        #[serde(default)]
+        a: Option<FormatSpec>,
+        #[serde(default)]
+        b: Option<FormatSpec>,
+        #[serde(default = "two")]
+        out_bytes: f64,
+    },
+    Memory {
+        #[serde(default)]
+        read_bytes: f64,
+        #[serde(default)]
+        write_bytes: f64,
+        #[serde(default)]
+        ops: f64,
+        #[serde(default)]
+        exps: f64,
+        #[serde(default = "launch")]
+        launches: f64,
+    },
+    Copy {
+        bytes: f64,
+    },
+    Quantize {
+        numel: f64,
+        outputs: Vec<QuantOutSpec>,
+        #[serde(default = "one32")]
+        refresh: u32,
+        #[serde(default = "two")]
+        src_bytes: f64,
+    },
+    Attention {
+        batch: f64,
+        seq: f64,
+        heads: f64,
+        kv_heads: f64,
+        head_dim: f64,
+        #[serde(default = "yes")]
+        causal: bool,
+        /// Forward and backward (else forward only).
+        #[serde(default)]
+        backward: bool,
+    },
+}
+
+/// The cost of one op.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpReport {
+    pub op: &'static str,
+    pub time_s: f64,
+    pub bound: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tflops: Option<f64>,
+    /// Parts of the time (gemm_s, conversion_s, amax_s, quantize_s, rht_s, sr_s, fwd_s, bwd_s).
+    pub detail: BTreeMap<&'static str, f64>,
+}
+
+/// A GEMM's cost and every kind that could run it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GemmReport {
+    pub time_s: f64,
+    pub tflops: f64,
+    pub bound: &'static str,
+    pub kind: String,
+    pub path: String,
+    pub gemm_s: f64,
+    /// Conversion passes when operands arrive packed in their own format.
+    pub conversion_s: f64,
+    pub tile: [u32; 2],
+    pub split: u32,
+    pub candidates: Vec<Candidate>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Candidate {
+    pub kind: String,
+    pub time_s: f64,
+    pub path: String,
+}
+
+pub fn gemm(hw: &Hw, s: &Shape, a: &Operand, b: &Operand, out_bytes: f64) -> Result<GemmReport> {
+    if s.m < 1.0 || s.n < 1.0 || s.k < 1.0 || s.groups < 1.0 {
+        return Err(Error::Shape(format!(
+            "GEMM needs m, n, k, groups >= 1, got m={} n={} k={} groups={}",
+            s.m, s.n, s.k, s.groups
+        )));
+    }
+    let p = choose(hw, s, a, b, out_bytes);
+    let mut cands: Vec<Candidate> = candidates(hw, s, a, b, out_bytes)
+        .iter()
+        .map(|c| Candidate {
+            kind: hw.kinds[c.kind].name.clone(),
+            time_s: c.total_s(),
+            path: describe(hw, c, a, b),
+        })
+        .collect();
+    cands.sort_by(|x, y| x.time_s.total_cmp(&y.time_s));
+    Ok(GemmReport {
+        time_s: p.total_s(),
+        tflops: s.flops() / p.total_s() / 1e12,
+        bound: p.bound.name(),
+        kind: hw.kinds[p.kind].name.clone(),
+        path: describe(hw, &p, a, b),
+        gemm_s: p.gemm_s,
+        conversion_s: p.conv_s,
+        tile: [p.tile.0, p.tile.1],
+        split: p.split,
+        candidates: cands,
+    })
+}
+
+pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
+    let mut detail = BTreeMap::new();
+    Ok(match op {
+        Op::Gemm {
+            m,
+            n,
+            k,
+            groups,
+            format,
+            a,
+            b,
+            out_bytes,
+        } => {
+            let both = opt_operand(format)?.unwrap_or(Operand::BF16);
+            let oa = opt_operand(a)?.unwrap_or(both);
+            let ob = opt_operand(b)?.unwrap_or(both);
+            let s = Shape {
+                m: *m as f64,
+                n: *n as f64,
+                k: *k as f64,
+                groups: *groups as f64,
+            };
+            let g = gemm(hw, &s, &oa, &ob, *out_bytes)?;
+            detail.insert("gemm_s", g.gemm_s);
+            detail.insert("conversion_s", g.conversion_s);
+            OpReport {
+                op: "gemm",
+                time_s: g.time_s,
+                bound: g.bound,
+                kind: Some(g.kind),
+                path: Some(g.path),
+                tflops: Some(g.tflops),
+                detail,
+            }
+        }
+        Op::Memory {
+            read_bytes,
+            write_bytes,
+            ops,
+            exps,
+            launches,
+        } => {
+            for (name, v) in [
+                ("read_bytes", read_bytes),
+                ("write_bytes", write_bytes),
+                ("ops", ops),
+                ("exps", exps),
+                ("launches", launches),
+            ] {
+                if !(v.is_finite() && *v >= 0.0) {
+                    return Err(Error::invalid(
+                        Domain::Config,
+                        format!("memory op: {name} must be >= 0, got {v}"),
+                    ));
+                }
+            }
+            let (t, bound) = pass_time(
+                hw,
+                &Pass {
+                    read: *read_bytes,
+                    write: *write_bytes,
+                    ops: *ops,
+                    exps: *exps,
+                    launches: *launches,
+                    quant: false,
+                },
+            );
+            OpReport {
+                op: "memory",
+                time_s: t,
+                bound: bound.name(),
+                kind: None,
+                path: None,
+                tflops: None,
+                detail,
+            }
+        }
+        Op::Copy { bytes } => {
+            if !(bytes.is_finite() && *bytes >= 0.0) {
+                return Err(Error::invalid(
+                    Domain::Config,
+                    format!("copy op: bytes must be >= 0, got {bytes}"),
+                ));
+            }
+            let (t, bound) = pass_time(
+                hw,
+                &Pass {
+                    read: *bytes,
+                    write: *bytes,
+                    launches: 1.0,
+                    ..Pass::default()
+                },
+            );
+            OpReport {
+                op: "copy",
+                time_s: t,
+                bound: bound.name(),
+                kind: None,
+                path: None,
+                tflops: None,
+                detail,
+            }
+        }
+        Op::Quantize {
+            numel,
+            outputs,
+            refresh,
+            src_bytes,
+        } => {
+            if *refresh == 0 || !(numel.is_finite() && *numel >= 0.0) {
+                return Err(Error::invalid(
+                    Domain::Config,
+                    "quantize op: numel >= 0 and refresh >= 1 required",
+                ));
+            }
+            let mut outs = vec![];
+            for o in outputs {
+                let fmt = o.format.operand()?;
+                if !fmt.is_quantized() {
+                    return Err(Error::invalid(
+                        Domain::Config,
+                        "quantize op: an output format cannot be bf16",
+                    ));
+                }
+                let container = match &o.container {
+                    None => fmt.elem,
+                    Some(c) => {
+                        let e = Elem::parse(c).ok_or_else(|| {
+                            Error::unknown(
+                                Domain::Format,
+                                "container",
+                                c,
+                                &super::profile::KIND_ELEMENTS,
+                            )
+                        })?;
+                        if !fmt.elem.exact_in(e) {
+                            return Err(Error::invalid(
+                                Domain::Format,
+                                format!("{} is not exact in container {c}", fmt.elem.name()),
+                            ));
+                        }
+                        e
+                    }
+                };
+                outs.push(QuantOut {
+                    fmt,
+                    container,
+                    rht: o.rht,
+                    sr: o.sr,
+                    copies: if o.transposed_copy { 2 } else { 1 },
+                    scale_conv: false,
+                });
+            }
+            let q = quant_cost(hw, *numel, *src_bytes, &outs, *refresh);
+            detail.insert("amax_s", q.amax);
+            detail.insert("quantize_s", q.quantize);
+            detail.insert("rht_s", q.rht);
+            detail.insert("sr_s", q.sr);
+            detail.insert("launches", q.passes);
+            OpReport {
+                op: "quantize",
+                time_s: q.total(),
+                bound: "memory",
+                kind: None,
+                path: None,
+                tflops: None,
+                detail,
+            }
+        }
+        Op::Attention {
+            batch,
+            seq,
+            heads,
+            kv_heads,
+            head_dim,
+            causal,
+            backward,
+        } => {
+            let s = AttnShape {
+                batch: *batch,
+                seq: *seq,
+                heads: *heads,
+                kv_heads: *kv_heads,
+                head_dim: *head_dim,
+                causal: *causal,
+            };
+            if [s.batch, s.seq, s.heads, s.kv_heads, s.head_dim]
+                .iter()
+                .any(|v| !(*v >= 1.0))
+            {
+                return Err(Error::Shape(
+                    "attention needs batch, seq, heads, kv_heads, head_dim >= 1".into(),
+                ));
+            }
+            let (f, bw, bound) = attention_time(hw, &s);
+            detail.insert("fwd_s", f);
+            if *backward {
+                detail.insert("bwd_s", bw);
+            }
+            let flops = s.fwd_flops() * if *backward { 3.5 } else { 1.0 };
+            let t = f + if *backward { bw } else { 0.0 };
+            OpReport {
+                op: "attention",
+                time_s: t,
+                bound: bound.name(),
+                kind: None,
+                path: None,
+                tflops: Some(flops / t / 1e12),
+                detail,
+            }
+        }
+    })
+}
+
+/// Parse an op from JSON text (names the problem on failure).
+pub fn parse_op(text: &str) -> Result<Op> {
+    serde_json::from_str(text).map_err(|e| Error::Config {
+        file: "op".into(),
+        line: e.line(),
+        msg: format!("{e} (ops: gemm, memory, copy, quantize, attention)"),
+    })
+}

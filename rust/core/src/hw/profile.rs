@@ -1,0 +1,476 @@
+//! Hardware descriptions: one TOML per GPU (hwmodels/*.toml, embedded at build time),
+//! every number with its source and a confidence flag. `Profile` is the file as written
+//! (serde, round-trips through JSON for the Python side); `validate` rejects impossible
+//! values naming file, line and field.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Domain, Error, Result};
+
+/// How much to trust a number.
+pub const CONFIDENCE: [&str; 4] = ["vendor", "measured", "derived", "preliminary"];
+/// Element formats an MMA kind may accept (see `operand::Elem`).
+pub const KIND_ELEMENTS: [&str; 9] = [
+    "bf16", "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e1m2", "int4", "int4-sm",
+];
+/// Block-scale modes an MMA kind may accept ("none" = per-tensor/row scales in the epilogue).
+pub const KIND_SCALES: [&str; 7] = [
+    "none", "ue8m0/32", "ue8m0/16", "ue4m3/16", "ue4m3/32", "ue5m3/16", "ue5m3/32",
+];
+/// Which operands must be K-major: none, sub-byte containers (FP6/FP4), or all.
+pub const K_MAJOR: [&str; 3] = ["none", "subbyte", "all"];
+/// Efficiency classes (one fitted main-loop efficiency each).
+pub const CLASSES: [&str; 3] = ["bf16", "fp8", "fp4"];
+
+/// The GPUs whose files ship inside the library.
+pub const BUILTIN: [(&str, &str); 9] = [
+    ("h100", include_str!("../../../../hwmodels/h100.toml")),
+    ("h200", include_str!("../../../../hwmodels/h200.toml")),
+    ("b200", include_str!("../../../../hwmodels/b200.toml")),
+    ("gb200", include_str!("../../../../hwmodels/gb200.toml")),
+    ("b300", include_str!("../../../../hwmodels/b300.toml")),
+    ("gb300", include_str!("../../../../hwmodels/gb300.toml")),
+    ("rubin", include_str!("../../../../hwmodels/rubin.toml")),
+    ("mi300x", include_str!("../../../../hwmodels/mi300x.toml")),
+    ("mi355x", include_str!("../../../../hwmodels/mi355x.toml")),
+];
+
+/// A number with where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Num {
+    pub value: f64,
+    pub source: String,
+    pub confidence: String,
+}
+
+/// A yes/no capability with where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Flag {
+    pub value: bool,
+    pub source: String,
+    pub confidence: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Chip {
+    /// Streaming multiprocessors (NVIDIA) or compute units (AMD).
+    pub sms: Num,
+    /// Clock the tensor rates refer to.
+    pub clock_ghz: Num,
+    /// FP32 vector (non-tensor) TFLOP/s, FMA = 2.
+    pub vector_tflops: Num,
+    /// Exponentials per second (SFU), in units of 1e12.
+    pub sfu_texp_s: Num,
+    pub tdp_w: Num,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Memory {
+    pub hbm_gb: Num,
+    pub hbm_tbs: Num,
+    pub l2_mb: Num,
+    /// Effective operand-feed (L2) bandwidth that GEMM main loops draw on.
+    pub l2_tbs: Num,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Links {
+    /// Scale-up (NVLink / Infinity Fabric) bandwidth per GPU, both directions together.
+    pub scaleup_gbs: Num,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Features {
+    /// A stochastic-rounding convert instruction (random bits still come from software).
+    pub hw_sr: Flag,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GemmTiles {
+    /// Per-SM output tile footprints (rows, cols) the GEMM library chooses among.
+    pub tiles: Vec<[u32; 2]>,
+    /// How many SMs share one fetch of the B operand (cluster multicast / 2-SM MMA).
+    pub multicast: u32,
+    pub source: String,
+    pub confidence: String,
+}
+
+/// One MMA instruction kind: which operand formats and block scales it takes, how fast.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MmaKind {
+    pub name: String,
+    #[serde(default)]
+    pub instruction: String,
+    pub a: Vec<String>,
+    pub b: Vec<String>,
+    pub scales: Vec<String>,
+    pub k_major_only: String,
+    pub class: String,
+    /// Dense TFLOP/s of the whole chip with this kind.
+    pub tflops: Num,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Efficiency {
+    pub mma_bf16: Num,
+    pub mma_fp8: Num,
+    pub mma_fp4: Num,
+    pub tile_overhead_cycles: Num,
+    pub mem: Num,
+    pub quant: Num,
+    pub vec: Num,
+    pub attention: Num,
+    pub launch_us: Num,
+    pub comm: Num,
+}
+
+/// A hardware file as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    pub display: String,
+    pub vendor: String,
+    pub arch: String,
+    #[serde(default)]
+    pub preliminary: bool,
+    #[serde(default)]
+    pub notes: Vec<String>,
+    pub chip: Chip,
+    pub memory: Memory,
+    pub links: Links,
+    pub features: Features,
+    pub gemm: GemmTiles,
+    pub mma: Vec<MmaKind>,
+    pub efficiency: Efficiency,
+}
+
+/// Names of the built-in GPUs.
+pub fn names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _)| *n).collect()
+}
+
+impl Profile {
+    /// A built-in GPU by name, or a `.toml` / `.json` file by path.
+    pub fn load(spec: &str) -> Result<Profile> {
+        if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == spec) {
+            return Profile::from_toml_str(text, &format!("hwmodels/{name}.toml"));
+        }
+        let is_file = spec.ends_with(".toml") || spec.ends_with(".json");
+        if !is_file {
+            return Err(Error::unknown(Domain::Hardware, "hardware", spec, &names()));
+        }
+        let text = std::fs::read_to_string(spec).map_err(|e| Error::Config {
+            file: spec.into(),
+            line: 0,
+            msg: format!("cannot read hardware file: {e}"),
+        })?;
+        if spec.ends_with(".json") {
+            Profile::from_json_str(&text, spec)
+        } else {
+            Profile::from_toml_str(&text, spec)
+        }
+    }
+
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Profile> {
+        let p: Profile = toml::from_str(text).map_err(|e| Error::Config {
+            file: origin.into(),
+            line: e.span().map(|s| line_of(text, s.start)).unwrap_or(0),
+            msg: e.message().to_string(),
+        })?;
+        p.validate().map_err(|(path, msg)| {
+            let line = line_of_path(text, &path);
+            Error::invalid(Domain::Hardware, format!("{origin}:{line}: {path}: {msg}"))
+        })
+    }
+
+    pub fn from_json_str(text: &str, origin: &str) -> Result<Profile> {
+        let p: Profile = serde_json::from_str(text).map_err(|e| Error::Config {
+            file: origin.into(),
+            line: e.line(),
+            msg: e.to_string(),
+        })?;
+        p.validate().map_err(|(path, msg)| {
+            Error::invalid(Domain::Hardware, format!("{origin}: {path}: {msg}"))
+        })
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("profile serialises")
+    }
+
+    /// Override one value by dotted path: `memory.hbm_tbs=10`, `mma.mxf4nvf4.tflops=20000`,
+    /// `efficiency.mma_fp4=0.5`, `features.hw_sr=true`. Numbers keep their source, which
+    /// gains a note, and become confidence "preliminary" (a what-if, not a fact).
+    pub fn set(&self, path: &str, raw: &str) -> Result<Profile> {
+        let mut value = serde_json::to_value(self).expect("serialises");
+        let parsed: Value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.into()));
+        let parts: Vec<&str> = path.split('.').collect();
+        let mut slot = &mut value;
+        let mut i = 0;
+        while i < parts.len() {
+            let part = parts[i];
+            slot = match slot {
+                Value::Object(map) if map.contains_key(part) => map.get_mut(part).expect("present"),
+                Value::Array(items) => {
+                    let found = items
+                        .iter()
+                        .position(|k| k.get("name").and_then(Value::as_str) == Some(part));
+                    match found.or_else(|| part.parse::<usize>().ok().filter(|&j| j < items.len()))
+                    {
+                        Some(j) => &mut items[j],
+                        None => return Err(no_field(path)),
+                    }
+                }
+                _ => return Err(no_field(path)),
+            };
+            i += 1;
+        }
+        match slot {
+            Value::Object(map) if map.contains_key("value") && map.contains_key("source") => {
+                map.insert("value".into(), parsed);
+                let src = map
+                    .get("source")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                map.insert(
+                    "source".into(),
+                    Value::String(format!("set by user (was: {src})")),
+                );
+                map.insert("confidence".into(), Value::String("preliminary".into()));
+            }
+            other => *other = parsed,
+        }
+        let p: Profile = serde_json::from_value(value).map_err(|e| {
+            Error::invalid(Domain::Hardware, format!("cannot set {path}={raw}: {e}"))
+        })?;
+        p.validate().map_err(|(field, msg)| {
+            Error::invalid(
+                Domain::Hardware,
+                format!("cannot set {path}={raw}: {field}: {msg}"),
+            )
+        })
+    }
+
+    /// Check every name and number; Err((field path, why)).
+    pub fn validate(self) -> std::result::Result<Profile, (String, String)> {
+        let c = &self.chip;
+        let m = &self.memory;
+        let e = &self.efficiency;
+        let positive: [(&str, &Num); 10] = [
+            ("chip.sms", &c.sms),
+            ("chip.clock_ghz", &c.clock_ghz),
+            ("chip.vector_tflops", &c.vector_tflops),
+            ("chip.sfu_texp_s", &c.sfu_texp_s),
+            ("chip.tdp_w", &c.tdp_w),
+            ("memory.hbm_gb", &m.hbm_gb),
+            ("memory.hbm_tbs", &m.hbm_tbs),
+            ("memory.l2_mb", &m.l2_mb),
+            ("memory.l2_tbs", &m.l2_tbs),
+            ("links.scaleup_gbs", &self.links.scaleup_gbs),
+        ];
+        for (path, n) in positive {
+            check_num(path, n)?;
+            if n.value <= 0.0 {
+                return Err((path.into(), format!("must be > 0, got {}", n.value)));
+            }
+        }
+        if c.sms.value.fract() != 0.0 {
+            return Err((
+                "chip.sms".into(),
+                format!("must be a whole number, got {}", c.sms.value),
+            ));
+        }
+        let fractions: [(&str, &Num); 8] = [
+            ("efficiency.mma_bf16", &e.mma_bf16),
+            ("efficiency.mma_fp8", &e.mma_fp8),
+            ("efficiency.mma_fp4", &e.mma_fp4),
+            ("efficiency.mem", &e.mem),
+            ("efficiency.quant", &e.quant),
+            ("efficiency.vec", &e.vec),
+            ("efficiency.attention", &e.attention),
+            ("efficiency.comm", &e.comm),
+        ];
+        for (path, n) in fractions {
+            check_num(path, n)?;
+            if !(n.value > 0.0 && n.value <= 1.0) {
+                return Err((
+                    path.into(),
+                    format!("is a fraction of peak: must be in (0, 1], got {}", n.value),
+                ));
+            }
+        }
+        for (path, n) in [
+            ("efficiency.tile_overhead_cycles", &e.tile_overhead_cycles),
+            ("efficiency.launch_us", &e.launch_us),
+        ] {
+            check_num(path, n)?;
+            if n.value < 0.0 {
+                return Err((path.into(), format!("must be >= 0, got {}", n.value)));
+            }
+        }
+        check_conf("features.hw_sr", &self.features.hw_sr.confidence)?;
+        check_conf("gemm.confidence", &self.gemm.confidence)?;
+        if self.gemm.tiles.is_empty() || self.gemm.tiles.iter().any(|t| t[0] == 0 || t[1] == 0) {
+            return Err((
+                "gemm.tiles".into(),
+                "needs at least one tile, each side > 0".into(),
+            ));
+        }
+        if self.gemm.multicast == 0 {
+            return Err(("gemm.multicast".into(), "must be >= 1".into()));
+        }
+        if self.mma.is_empty() {
+            return Err(("mma".into(), "needs at least one MMA kind".into()));
+        }
+        for (i, k) in self.mma.iter().enumerate() {
+            let at = |f: &str| format!("mma[{i}].{f}");
+            check_num(&at("tflops"), &k.tflops)?;
+            if k.tflops.value <= 0.0 {
+                return Err((at("tflops"), format!("must be > 0, got {}", k.tflops.value)));
+            }
+            if k.name.is_empty() || k.name.contains('.') {
+                return Err((
+                    at("name"),
+                    format!("must be non-empty without dots, got '{}'", k.name),
+                ));
+            }
+            for (f, list) in [("a", &k.a), ("b", &k.b)] {
+                if list.is_empty() {
+                    return Err((at(f), "needs at least one element format".into()));
+                }
+                for x in list {
+                    one_of(&at(f), x, &KIND_ELEMENTS)?;
+                }
+            }
+            if k.scales.is_empty() {
+                return Err((
+                    at("scales"),
+                    "needs at least one scale mode (\"none\" for none)".into(),
+                ));
+            }
+            for s in &k.scales {
+                one_of(&at("scales"), s, &KIND_SCALES)?;
+            }
+            one_of(&at("k_major_only"), &k.k_major_only, &K_MAJOR)?;
+            one_of(&at("class"), &k.class, &CLASSES)?;
+        }
+        let has_bf16 = self
+            .mma
+            .iter()
+            .any(|k| k.a.iter().any(|x| x == "bf16") && k.b.iter().any(|x| x == "bf16"));
+        if !has_bf16 {
+            return Err((
+                "mma".into(),
+                "needs a kind taking bf16 x bf16 (the fallback for every format)".into(),
+            ));
+        }
+        Ok(self)
+    }
+}
+
+fn no_field(path: &str) -> Error {
+    Error::invalid(
+        Domain::Hardware,
+        format!("no hardware field '{path}' (e.g. memory.hbm_tbs, chip.sms, mma.<kind>.tflops, efficiency.mma_fp4, features.hw_sr)"),
+    )
+}
+
+fn check_num(path: &str, n: &Num) -> std::result::Result<(), (String, String)> {
+    if !n.value.is_finite() {
+        return Err((path.into(), format!("must be finite, got {}", n.value)));
+    }
+    check_conf(path, &n.confidence)
+}
+
+fn check_conf(path: &str, conf: &str) -> std::result::Result<(), (String, String)> {
+    one_of(path, conf, &CONFIDENCE).map_err(|(p, m)| (p, format!("confidence: {m}")))
+}
+
+fn one_of(path: &str, name: &str, valid: &[&str]) -> std::result::Result<(), (String, String)> {
+    if valid.contains(&name) {
+        Ok(())
+    } else {
+        Err((
+            path.into(),
+            format!("unknown '{name}'; valid: {}", valid.join(", ")),
+        ))
+    }
+}
+
+fn line_of(text: &str, byte: usize) -> usize {
+    text[..byte.min(text.len())].matches('\n').count() + 1
+}
+
+/// The line of field `path` ("memory.hbm_tbs", "mma[2].tflops") in a TOML text written
+/// with [table] / [[array]] headers; 0 if it cannot be found.
+pub fn line_of_path(text: &str, path: &str) -> usize {
+    let (table, index, key) = split_path(path);
+    let mut current = String::new();
+    let mut seen: i64 = -1;
+    let mut fallback = 0;
+    for (no, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if let Some(h) = line.strip_prefix("[[").and_then(|l| l.strip_suffix("]]")) {
+            current = h.trim().to_string();
+            if current == table {
+                seen += 1;
+                if Some(seen as usize) == index && key.is_empty() {
+                    return no + 1;
+                }
+            }
+            continue;
+        }
+        if let Some(h) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = h.trim().to_string();
+            if !key.is_empty() && current == format!("{table}.{key}") {
+                return no + 1;
+            }
+            if current == table && (key.is_empty() || fallback == 0) {
+                fallback = no + 1;
+                if key.is_empty() {
+                    return no + 1;
+                }
+            }
+            continue;
+        }
+        let in_table = current == table && index.is_none_or(|i| seen == i as i64);
+        let top = table.is_empty() && current.is_empty();
+        if (in_table || top) && !key.is_empty() {
+            let k = line.split('=').next().unwrap_or("").trim();
+            if k == key {
+                return no + 1;
+            }
+        }
+    }
+    fallback
+}
+
+fn split_path(path: &str) -> (String, Option<usize>, String) {
+    let (head, key) = match path.rsplit_once('.') {
+        Some((h, k)) => (h.to_string(), k.to_string()),
+        None => (String::new(), path.to_string()),
+    };
+    if let Some((name, rest)) = head.split_once('[') {
+        let idx = rest.trim_end_matches(']').parse().ok();
+        return (name.to_string(), idx, key);
+    }
+    if head.is_empty() {
+        if let Some((name, rest)) = key.split_once('[') {
+            let idx = rest.trim_end_matches(']').parse().ok();
+            return (name.to_string(), idx, String::new());
+        }
+    }
+    (head, None, key)
+}
