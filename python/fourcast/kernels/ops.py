@@ -26,8 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from fourcast.errors import NonFiniteError, ShapeError
@@ -46,12 +44,19 @@ from fourcast.kernels.utils import (
 __all__ = ["Packed", "quantize", "dequantize", "fake_quant", "gemm", "rht", "rht_signs", "quantize_rowcol"]
 
 
-def _fmt_json(spec) -> str:
-    return json.dumps(spec.as_dict(), sort_keys=True)
+def _fmt_key(spec) -> str:
+    """The format as the custom ops' string argument: "element,scale,block,tile_2d,rule"
+    (plain string formatting, so torch.compile traces it)."""
+    return f"{spec.element},{spec.scale},{spec.block},{int(spec.tile_2d)},{spec.rule}"
 
 
-def _spec(fmt_json: str):
-    return parse_fmt(json.loads(fmt_json))
+def _fmt_dict(key: str) -> dict:
+    element, scale, block, tile, rule = key.split(",")
+    return dict(element=element, scale=scale, block=int(block), tile_2d=tile == "1", rule=rule)
+
+
+def _spec(fmt_key: str):
+    return parse_fmt(_fmt_dict(fmt_key))
 
 
 def _check_finite(x: torch.Tensor) -> None:
@@ -94,10 +99,10 @@ def _packed_shapes(spec, m: int, k: int):
 # ------------------------------------------------------------------ custom ops
 
 @torch.library.custom_op("fourcast::quantize", mutates_args=())
-def _quantize_op(x: torch.Tensor, fmt_json: str, axis: int, rounding: str, seed: int, offset: int,
+def _quantize_op(x: torch.Tensor, fmt_key: str, axis: int, rounding: str, seed: int, offset: int,
                  rht_n: int, signs: torch.Tensor | None, tensor_amax: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    spec = _spec(fmt_json)
+    spec = _spec(fmt_key)
     rht = None if rht_n == 0 else (rht_n, signs)
     if x.is_cuda:
         from fourcast.kernels import quantize as qk
@@ -108,12 +113,12 @@ def _quantize_op(x: torch.Tensor, fmt_json: str, axis: int, rounding: str, seed:
         _check_finite(x)
         p = reference.quantize(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
                                tensor_amax=tensor_amax)
-    return p.codes, p.scales, p.tensor_scale, p.amax
+    return p.codes, p.scales, p.tensor_scale.clone(), p.amax.clone()  # never alias tensor_amax
 
 
 @_quantize_op.register_fake
-def _(x, fmt_json, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
-    spec = _spec(fmt_json)
+def _(x, fmt_key, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
+    spec = _spec(fmt_key)
     r, c = flat2d(x.shape)
     m, k = (r, c) if axis == -1 else (c, r)
     cs, ss = _packed_shapes(spec, m, k)
@@ -122,9 +127,9 @@ def _(x, fmt_json, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
 
 
 @torch.library.custom_op("fourcast::fake_quant", mutates_args=())
-def _fake_quant_op(x: torch.Tensor, fmt_json: str, axis: int, rounding: str, seed: int, offset: int,
+def _fake_quant_op(x: torch.Tensor, fmt_key: str, axis: int, rounding: str, seed: int, offset: int,
                    rht_n: int, signs: torch.Tensor | None, tensor_amax: torch.Tensor | None) -> torch.Tensor:
-    spec = _spec(fmt_json)
+    spec = _spec(fmt_key)
     rht = None if rht_n == 0 else (rht_n, signs)
     if x.is_cuda:
         from fourcast.kernels import fake_quant as fk
@@ -137,14 +142,14 @@ def _fake_quant_op(x: torch.Tensor, fmt_json: str, axis: int, rounding: str, see
 
 
 @_fake_quant_op.register_fake
-def _(x, fmt_json, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
+def _(x, fmt_key, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("fourcast::dequantize", mutates_args=())
-def _dequantize_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor, fmt_json: str,
+def _dequantize_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor, fmt_key: str,
                    shape: list[int], axis: int, dtype: torch.dtype) -> torch.Tensor:
-    p = Packed(codes, scales, tensor_scale, tensor_scale, json.loads(fmt_json), tuple(shape), axis)
+    p = Packed(codes, scales, tensor_scale, tensor_scale, _fmt_dict(fmt_key), tuple(shape), axis)
     if codes.is_cuda:
         from fourcast.kernels import quantize as qk
 
@@ -153,7 +158,7 @@ def _dequantize_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torc
 
 
 @_dequantize_op.register_fake
-def _(codes, scales, tensor_scale, fmt_json, shape, axis, dtype):
+def _(codes, scales, tensor_scale, fmt_key, shape, axis, dtype):
     return codes.new_empty(tuple(shape), dtype=dtype)
 
 
@@ -161,8 +166,8 @@ def _(codes, scales, tensor_scale, fmt_json, shape, axis, dtype):
 def _gemm_op(a_codes: torch.Tensor, a_scales: torch.Tensor, a_ts: torch.Tensor, a_fmt: str, a_mk: list[int],
              b_codes: torch.Tensor, b_scales: torch.Tensor, b_ts: torch.Tensor, b_fmt: str, b_nk: list[int],
              out_dtype: torch.dtype) -> torch.Tensor:
-    a = Packed(a_codes, a_scales, a_ts, a_ts, json.loads(a_fmt), tuple(a_mk), -1)
-    b = Packed(b_codes, b_scales, b_ts, b_ts, json.loads(b_fmt), tuple(b_nk), -1)
+    a = Packed(a_codes, a_scales, a_ts, a_ts, _fmt_dict(a_fmt), tuple(a_mk), -1)
+    b = Packed(b_codes, b_scales, b_ts, b_ts, _fmt_dict(b_fmt), tuple(b_nk), -1)
     if a_codes.is_cuda:
         from fourcast.kernels import gemm as gk
 
@@ -194,7 +199,7 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", se
     [125, 125]
     """
     x, spec, axis, rht, m, k = _prepare(x, fmt, axis, rounding, rht)
-    codes, scales, ts, amax = _quantize_op(x, _fmt_json(spec), axis, rounding, int(seed), int(offset),
+    codes, scales, ts, amax = _quantize_op(x, _fmt_key(spec), axis, rounding, int(seed), int(offset),
                                            0 if rht is None else rht[0], None if rht is None else rht[1],
                                            _amax_arg(tensor_amax, x.device))
     return Packed(codes, scales, ts, amax, spec.as_dict(), tuple(x.shape), axis, rht)
@@ -204,7 +209,7 @@ def dequantize(p: Packed, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """x_hat = value(code) * scale / tensor_scale in the ORIGINAL orientation and shape.
     The RHT is not undone: the result is in the rotated basis, what a GEMM consumes."""
     spec = p.spec
-    return _dequantize_op(p.codes.contiguous(), p.scales.contiguous(), p.tensor_scale, _fmt_json(spec),
+    return _dequantize_op(p.codes.contiguous(), p.scales.contiguous(), p.tensor_scale, _fmt_key(spec),
                           list(p.shape), p.axis, dtype)
 
 
@@ -219,7 +224,7 @@ def fake_quant(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", 
     [6.0, 6.0]
     """
     x, spec, axis, rht, m, k = _prepare(x, fmt, axis, rounding, rht)
-    return _fake_quant_op(x, _fmt_json(spec), axis, rounding, int(seed), int(offset),
+    return _fake_quant_op(x, _fmt_key(spec), axis, rounding, int(seed), int(offset),
                           0 if rht is None else rht[0], None if rht is None else rht[1],
                           _amax_arg(tensor_amax, x.device))
 
@@ -243,8 +248,8 @@ def gemm(a: Packed, b: Packed, out_dtype: torch.dtype = torch.bfloat16) -> torch
         raise ShapeError(f"gemm needs the same K: A is {ma}x{ka}, B is {nb}x{kb} (quantized layouts)")
     if a.codes.device != b.codes.device:
         raise ValueError(f"gemm operands on different devices: {a.codes.device} and {b.codes.device}")
-    return _gemm_op(a.codes, a.scales, a.tensor_scale, _fmt_json(a.spec), [ma, ka],
-                    b.codes, b.scales, b.tensor_scale, _fmt_json(b.spec), [nb, kb], out_dtype)
+    return _gemm_op(a.codes, a.scales, a.tensor_scale, _fmt_key(a.spec), [ma, ka],
+                    b.codes, b.scales, b.tensor_scale, _fmt_key(b.spec), [nb, kb], out_dtype)
 
 
 def rht(x: torch.Tensor, n: int, signs: torch.Tensor, axis: int = -1) -> torch.Tensor:

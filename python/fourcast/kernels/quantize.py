@@ -244,7 +244,10 @@ def _quant_tile(y, m, k, M, K, amax, seed, offset,
     else:
         codes = mag | (neg.to(tl.int32) << (BITS - 1))
     codes = tl.where(bad_elem, 0, codes)
-    val = tl.where(neg, -val, val)
+    if TWOS:  # two's complement has no -0: the decoded zero is +0
+        val = tl.where(neg & (mag != 0), -val, val)
+    else:
+        val = tl.where(neg, -val, val)
     xhat = tl.math.div_rn(val * sval, tl.broadcast_to(ts, val.shape))
     return codes, xhat, sbytes, ts
 

@@ -1,0 +1,164 @@
+"""Triton kernels under TRITON_INTERPRET=1 (tests/conftest.py sets it) against the
+PyTorch reference, which test_reference.py ties to the Rust codec: codes, scale bytes,
+tensor scale and amax bit for bit (SR included), x_hat bit for bit, GEMM within the
+FP32-accumulation bound of fourcast.kernels.testing.gemm_bound. Tiny shapes."""
+
+import pytest
+import torch
+
+from fourcast.errors import FormatError, KernelInputError, ShapeError
+from fourcast.kernels import fake_quant as fk
+from fourcast.kernels import gemm as gk
+from fourcast.kernels import hadamard, philox
+from fourcast.kernels import quantize as qk
+from fourcast.kernels import reference as ref
+from fourcast.kernels import testing
+from fourcast.kernels.utils import interpreting
+
+pytestmark = pytest.mark.interpret
+
+F = testing.FORMATS
+S16 = ref.rht_signs(16, "per-layer", 9)
+
+
+def test_running_under_the_interpreter():
+    assert interpreting(), "tests/interpret needs TRITON_INTERPRET=1 (set by tests/conftest.py without CUDA)"
+
+
+def check(x, fmt, **kw):
+    a = qk.quantize(x, fmt, **kw)
+    b = ref.quantize(x, fmt, **kw)
+    assert testing.packed_diff(a, b) == [], (fmt, kw)
+    assert testing.same_float(qk.dequantize(a, torch.float32), ref.dequantize(b, torch.float32))
+    assert testing.same_float(fk.fake_quant(x, fmt, **kw), ref.dequantize(b, x.dtype))
+    return a
+
+
+@pytest.mark.parametrize("name", sorted(F))
+def test_quantize_every_format(name):
+    f = F[name]
+    for axis, rnd in ((-1, "rtne"), (0, "sr")):
+        x = testing.make_input("heavy", (32, 64), torch.float32, seed=len(name))
+        check(x, f, axis=axis, rounding=rnd, seed=7, offset=3)
+
+
+@pytest.mark.parametrize("kind", testing.INPUT_KINDS)
+def test_quantize_adversarial_inputs(kind):
+    for name in ("nvfp4", "mxfp4-rceil", "ue5m3-2d", "nvfp4-torchao"):
+        x = testing.make_input(kind, (32, 64), seed=1, fmt=F[name])
+        check(x, F[name], rounding="rtne")
+    check(testing.make_input(kind, (32, 64), seed=2, fmt=F["nvfp4"]), F["nvfp4"], rounding="away", axis=0)
+
+
+def test_quantize_bf16_fp16_inputs_odd_shapes_and_tensor_amax():
+    x = testing.make_input("heavy", (3, 5, 96), torch.bfloat16, seed=3)  # R = 15: partial row tiles
+    check(x, F["nvfp4"], rounding="sr", seed=1, offset=2**33 + 5)  # a 64-bit offset
+    check(x.half(), F["mxfp4"])
+    check(x, F["ue5m3"], tensor_amax=0.25)  # periodic scale far below the data: saturation
+    check(testing.make_input("random", (48, 32), seed=4), F["nvfp4-2d"], axis=0)
+    check(testing.make_input("random", (16, 16), seed=4), F["ufp4"], axis=0)  # one block
+
+
+@pytest.mark.parametrize("n", [16, 32, 128])
+def test_quantize_with_rht(n):
+    s = ref.rht_signs(n, "per-step", n)
+    x = testing.make_input("heavy", (128, 128), torch.bfloat16, seed=n)
+    for axis, name in ((-1, "nvfp4"), (0, "ufp4"), (0, "mxfp4")):
+        a = check(x, F[name], axis=axis, rht=(n, s), rounding="sr", seed=5)
+        # the tensor-core variant: bit-exact on the rotated tensor it produced
+        b, rot = qk.quantize_debug(x, F[name], axis=axis, rht=(n, s), rounding="sr", seed=5, rht_impl=1)
+        want = ref.rht_lastdim(ref.to_layout(x, axis), n, s)
+        assert float((rot - want).abs().max()) <= 2**-20 * float(want.abs().max())
+        codes, scales, ts, amax = ref.quantize_layout(rot, ref.parse_fmt(F[name]), "sr", 5, 0)
+        assert torch.equal(b.scales, scales) and torch.equal(b.amax, amax) and torch.equal(b.tensor_scale, ts)
+        assert torch.equal(b.codes, ref.pack_nibbles(codes))
+        assert a.codes.shape == b.codes.shape
+
+
+def test_nonfinite_blocks_get_the_nan_byte():
+    x = testing.nonfinite_input((32, 64))
+    for name in ("nvfp4", "mxfp4", "ue5m3", "fp8", "nvfp4-torchao"):
+        a = check(x, F[name])
+        if not F[name]["block"]:
+            assert torch.isnan(a.tensor_scale)
+        else:
+            assert int(a.scales.reshape(-1)[0]) in (0x7F, 0xFF)
+        assert torch.isnan(a.amax)
+
+
+def test_rowcol_one_read_equals_two_quantizations():
+    x = testing.make_input("heavy", (64, 96), torch.bfloat16, seed=8)
+    for name, rht_c in (("nvfp4", (16, S16)), ("mxfp4", None), ("nvfp4-2d", None)):
+        f = F[name]
+        r, c = qk.quantize_rowcol(x, f, f, "rtne", "sr", 3, 11, None, rht_c)
+        assert testing.packed_diff(r, ref.quantize(x, f, seed=3, offset=11)) == []
+        want_c = ref.quantize(x, f, axis=0, rounding="sr", seed=3, offset=11 + x.numel(), rht=rht_c)
+        assert testing.packed_diff(c, want_c) == []
+        xr, xc = fk.fake_quant_rowcol(x, f, rounding="rtne", rounding_c="sr", seed=3, offset=11, rht_c=rht_c)
+        assert torch.equal(xr, ref.dequantize(ref.quantize(x, f, seed=3, offset=11), x.dtype))
+        assert torch.equal(xc, ref.dequantize(want_c, x.dtype))
+    r, c = qk.quantize_rowcol(x, F["nvfp4"], F["nvfp4"], "rtne", "rtne", 0, 0, None, None, 1.5, None)
+    assert float(r.amax) == 1.5 and testing.packed_diff(c, ref.quantize(x, F["nvfp4"], axis=0)) == []
+
+
+def test_outputs_fully_written_over_poison(monkeypatch):
+    real_empty = torch.empty
+
+    def poisoned(*a, **k):
+        t = real_empty(*a, **k)
+        return t.fill_(0xAB if t.dtype == torch.uint8 else float("nan")) if t.numel() else t
+
+    monkeypatch.setattr(torch, "empty", poisoned)
+    x = testing.make_input("random", (48, 64), seed=9)
+    check(x, F["nvfp4"])
+    check(testing.make_input("random", (64, 64), seed=9), F["mxfp8"], axis=0)
+
+
+def test_triton_rand_equals_reference_stream():
+    off = 2**32 - 3
+    u = philox.rand(300, 42, off, device="cpu")
+    assert torch.equal(u, ref.uniform(42, torch.arange(300, dtype=torch.int64) + off))
+
+
+def test_hadamard_equals_reference():
+    x = testing.make_input("heavy", (2, 64, 128), seed=5)
+    for n, axis in ((16, -1), (64, 1), (128, -1)):
+        s = ref.rht_signs(n, "te")
+        assert torch.equal(hadamard.rht(x, n, s, axis), ref.rht(x, n, s, axis))
+        assert torch.equal(hadamard.rht(x.bfloat16(), n, s, axis), ref.rht(x.bfloat16(), n, s, axis))
+
+
+@pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4"), ("ue5m3", "ufp4"),
+                                  ("ufp4-int4", "int4-sm-mx"), ("fp8", "mxfp8-e5m2")])
+def test_gemm_within_fp32_accumulation_bound(pair):
+    fa, fb = F[pair[0]], F[pair[1]]
+    a = ref.quantize(testing.make_input("heavy", (48, 64), seed=1), fa)
+    b = ref.quantize(testing.make_input("random", (32, 64), seed=2), fb)
+    for out in (torch.float32, torch.bfloat16):
+        c = gk.gemm(a, b, out)
+        c64, bound = testing.gemm_bound(ref.dequantize_layout(a), ref.dequantize_layout(b), out)
+        assert bool(((c.double() - c64).abs() <= bound).all()), pair
+
+
+def test_gemm_column_wise_operand_and_errors():
+    x = testing.make_input("random", (64, 32), seed=3)  # B stored column-wise: its layout is (32, 64)
+    a = ref.quantize(testing.make_input("random", (16, 64), seed=4), F["nvfp4"])
+    b = ref.quantize(x, F["nvfp4"], axis=0)
+    c64, bound = testing.gemm_bound(ref.dequantize_layout(a), ref.dequantize_layout(b), torch.float32)
+    assert bool(((gk.gemm(a, b, torch.float32).double() - c64).abs() <= bound).all())
+    with pytest.raises(ShapeError):
+        gk.gemm(a, ref.quantize(testing.make_input("random", (16, 32), seed=4), F["nvfp4"]))
+
+
+def test_kernel_entry_rejects_bad_input():
+    x = testing.make_input("random", (16, 64))
+    with pytest.raises(KernelInputError):
+        qk.quantize(x.t(), F["nvfp4"])  # non-contiguous
+    with pytest.raises(FormatError):
+        qk.quantize(x.double(), F["nvfp4"])
+    with pytest.raises(ShapeError):
+        qk.quantize(x[:, :40].contiguous(), F["nvfp4"])  # 40 is not a multiple of 16
+    with pytest.raises(ShapeError):
+        qk.quantize(x[:8].contiguous(), F["nvfp4-2d"], axis=0)  # 2D tiles need 16 | rows
+    with pytest.raises(FormatError):
+        qk.quantize(x, dict(F["nvfp4"], element="e3m0"))
