@@ -13,6 +13,9 @@ Where `recipe.rht_on(gemm)`, both operands of that GEMM are rotated along K by t
 random Hadamard transform before quantization ((A R)(B R)^T = A B^T since R R^T = I).
 Operands listed in `recipe.sr` round stochastically. The forward pass saves only the
 packed column-wise X that Wgrad needs (not the bf16 X) and records the bytes saved.
+Each tensor is read once for both of its copies (ops.quantize_rowcol): X and W in the
+forward (W's column-wise copy is kept for Dgrad; with 16x16 tiles, RTNE and no RHT the
+two copies are equal and W is quantized once), dY in the backward.
 
 Seeds (reproducible end to end, so a resumed run repeats the same bits): one Philox
 seed per tensor role, its two quantized copies told apart by the SR base offset:
@@ -147,7 +150,7 @@ class _RegionInputs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         box = ctx.box
-        if box.get("token") is not None and _TRACER is not None:
+        if "token" in box and _TRACER is not None:
             _TRACER.end(box.pop("token"))
         return (None, *grads)
 
@@ -375,6 +378,20 @@ class QLinear(nn.Linear):
                     "keep it in high precision"
                 )
 
+    def _dgrad_w_is_fprop_w(self) -> bool:
+        """True when Dgrad's W operand equals Fprop's bit for bit: 16x16 tiles (W and
+        W^T quantize identically), the same format, RTNE, no RHT on either GEMM. Then
+        the forward's quantized W is reused (what 2D tiles are for)."""
+        r = self.recipe
+        f, g = r.operand("fprop.w"), r.operand("dgrad.w")
+        return (
+            f is not None
+            and f == g
+            and bool(f.get("tile_2d"))
+            and not (r.sr_on("fprop.w") or r.sr_on("dgrad.w"))
+            and not (r.rht_on("fprop") or r.rht_on("dgrad"))
+        )
+
     def token_multiple(self) -> int:
         """Tokens per forward must be a multiple of this (Wgrad's reduction dim)."""
         r, need = self.recipe, 1
@@ -517,34 +534,31 @@ def _gemm(mod: QLinear, role: str, a: Any, b: Any, a_t: bool, b_t: bool, dtype: 
     """C = op(A) @ op(B) for the dequant/fake paths (op = transpose when *_t), or
     ops.gemm on the packed operands; the FP32 tensor scales divide the FP32 result."""
     tracer = _TRACER
-    token = None
     if mod.gemm_path == "packed" and not isinstance(a, _Plain) and not isinstance(b, _Plain):
+        token = tracer.begin("gemm", _gemm_meta(mod, role, a)) if tracer is not None else None
+        out = _ops().gemm(a, b, torch.float32).to(out_dtype)
         if tracer is not None:
-            token = tracer.begin("gemm", _gemm_meta(mod, role, a, b, None, None))
-        out = _ops().gemm(a, b, out_dtype)
-        if token is not None:
             tracer.end(token)
         return out
-    if tracer is not None:
-        token = tracer.begin("dequantize", dict(layer=mod.layer_name, gemm=role, emulation=True))
+    token = tracer.begin("dequantize", dict(layer=mod.layer_name, gemm=role, emulation=True)) if tracer is not None else None
     ma, ts_a = _as_matrix(a, dtype)
     mb, ts_b = _as_matrix(b, dtype)
     ma = ma.t() if a_t else ma
     mb = mb.t() if b_t else mb
-    if token is not None:
+    if tracer is not None:
         tracer.end(token)
-        token = tracer.begin("gemm", _gemm_meta(mod, role, a, b, ma.shape, mb.shape))
+        token = tracer.begin("gemm", _gemm_meta(mod, role, a))
     out = _matmul_f32(ma, mb)
-    for ts in (ts_a, ts_b):
-        if ts is not None:
-            out = out / ts
+    scales = [ts for ts in (ts_a, ts_b) if ts is not None]
+    if scales:  # one pass over the FP32 output, as a hardware epilogue would
+        out = out.div_(scales[0] * scales[1] if len(scales) == 2 else scales[0])
     out = out.to(out_dtype)
-    if token is not None:
+    if tracer is not None:
         tracer.end(token)
     return out
 
 
-def _gemm_meta(mod: QLinear, role: str, a: Any, b: Any, sa, sb) -> dict:
+def _gemm_meta(mod: QLinear, role: str, a: Any) -> dict:
     r = mod.recipe
     keys = {"fprop": ("fprop.x", "fprop.w"), "dgrad": ("dgrad.dy", "dgrad.w"), "wgrad": ("wgrad.dy", "wgrad.x")}[role]
     M, N, K = _mnk(mod, role, a)
@@ -600,7 +614,13 @@ class _QLinearFn(torch.autograd.Function):
                 a = mod._quantize(x2, "fprop.x", -1, rht, fake_dtype=fake, update=training)
                 if need_dw:
                     saved = mod._quantize(x2, "wgrad.x", 0, mod._rht("wgrad", x.device), update=True)
-            b = mod._quantize(weight, "fprop.w", -1, rht, fake_dtype=fake, update=training)
+            w_dgrad = None  # Dgrad's W operand, made now from the same read of W
+            if need_dx and fake is None and mod.gemm_path == "dequant" and mod._dgrad_w_is_fprop_w():
+                b = w_dgrad = mod._quantize(weight, "fprop.w", -1, rht, update=training)
+            elif need_dx and fake is None:
+                b, w_dgrad = mod._quantize_rowcol(weight, "fprop.w", "dgrad.w", rht, mod._rht("dgrad", x.device), update=True)
+            else:
+                b = mod._quantize(weight, "fprop.w", -1, rht, fake_dtype=fake, update=training)
             y = _gemm(mod, "fprop", a, b, False, True, compute, torch.float32)
             if bias is not None:
                 y = y + bias.float()
@@ -613,6 +633,7 @@ class _QLinearFn(torch.autograd.Function):
         ctx.mod = mod
         ctx.step = mod.step
         ctx.saved_x = saved
+        ctx.w_dgrad = w_dgrad
         ctx.x_shape = x.shape
         ctx.x_dtype = x.dtype
         ctx.has_bias = bias is not None
@@ -639,7 +660,9 @@ class _QLinearFn(torch.autograd.Function):
                 if need_dx:
                     if dy_row is None:
                         dy_row = mod._quantize(gy2, "dgrad.dy", -1, rht_d, fake_dtype=ctx.fake, update=True)
-                    b = mod._quantize(weight, "dgrad.w", 0, rht_d, fake_dtype=ctx.fake, update=True)
+                    b = ctx.w_dgrad
+                    if b is None:
+                        b = mod._quantize(weight, "dgrad.w", 0, rht_d, fake_dtype=ctx.fake, update=True)
                     dx = _gemm(mod, "dgrad", dy_row, b, False, False, compute, ctx.x_dtype).view(ctx.x_shape)
                 if need_dw:
                     if dy_col is None:
@@ -649,7 +672,7 @@ class _QLinearFn(torch.autograd.Function):
                     db = gy2.float().sum(0).to(weight.dtype)
         finally:
             mod.step = step_now
-        ctx.saved_x = None
+        ctx.saved_x = ctx.w_dgrad = None
         return dx, dw, db, None, None
 
 

@@ -254,3 +254,35 @@ def test_shape_errors_name_the_layer():
         layer(torch.randn(40, 64))
     with torch.no_grad():  # a forward alone (evaluation) has no token rule
         assert layer(torch.randn(40, 64)).shape == (40, 32)
+
+
+class _Recorder:
+    def __init__(self):
+        self.ops = []
+
+    def begin(self, kind, meta):
+        self.ops.append((kind, meta.get("operand") or meta.get("role")))
+        return None
+
+    def end(self, token):
+        pass
+
+
+@pytest.mark.parametrize(
+    "name, quantized",
+    [
+        ("nvfp4", {"fprop.x+wgrad.x", "fprop.w", "dgrad.dy+wgrad.dy"}),  # 2D-tiled W reused for Dgrad
+        ("mxfp4", {"fprop.x+wgrad.x", "fprop.w+dgrad.w", "dgrad.dy+wgrad.dy"}),
+    ],
+)
+def test_each_tensor_is_quantized_in_one_pass(name, quantized):
+    x, w, b, gy = _inputs()
+    layer = _layer(fc.recipe(name), w, b)
+    rec = _Recorder()
+    fcnn.set_tracer(rec)
+    try:
+        _run(layer, x, gy)
+    finally:
+        fcnn.set_tracer(None)
+    assert {op for kind, op in rec.ops if kind == "quantize"} == quantized
+    assert [op for kind, op in rec.ops if kind == "gemm"] == ["fprop", "dgrad", "wgrad"]

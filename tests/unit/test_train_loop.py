@@ -126,7 +126,7 @@ def test_profile_json_follows_the_schema(runs):
     dgrad = next(op for op in gemms if op["layer"] == "blocks.0.mlp.w_up" and op["role"] == "dgrad")
     assert (dgrad["M"], dgrad["N"], dgrad["K"]) == (128, 64, 192)
     quant = [op for op in prof["ops"] if op["kind"] == "quantize" and op["layer"] == "blocks.0.mlp.w_down"]
-    assert {op["operand"] for op in quant} == {"fprop.x+wgrad.x", "fprop.w", "dgrad.dy+wgrad.dy", "dgrad.w"}
+    assert {op["operand"] for op in quant} == {"fprop.x+wgrad.x", "fprop.w+dgrad.w", "dgrad.dy+wgrad.dy"}
     assert all(op["ms_per_step"] >= 0 and op["calls_per_step"] > 0 for op in prof["ops"])
     assert prof["classes"]["other"] >= 0 and prof["overhead"] is not None
     total = sum(prof["classes"].values())

@@ -64,6 +64,11 @@ def train(
     )
     apply_sets(cfg, other_sets)
     cfg.model.check()
+    from fourcast.train.data import text_files
+
+    text_files(cfg.data.path, "data")  # say a bad path before torch is even imported
+    if cfg.data.val_path:
+        text_files(cfg.data.val_path, "validation")
 
     from fourcast.train.loop import train as run_training
 

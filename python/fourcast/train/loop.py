@@ -87,18 +87,20 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def _init_distributed(device_name: str) -> tuple[int, int, int]:
+def _init_distributed(device_name: str) -> tuple[int, int, int, bool]:
+    """(rank, world size, local rank, whether this call created the process group)."""
     if "WORLD_SIZE" not in os.environ or int(os.environ["WORLD_SIZE"]) <= 1:
-        return 0, 1, 0
+        return 0, 1, 0, False
     import torch.distributed as dist
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     use_cuda = torch.cuda.is_available() and device_name != "cpu"
     if use_cuda:
         torch.cuda.set_device(local_rank)
-    if not dist.is_initialized():
+    created = not dist.is_initialized()
+    if created:
         dist.init_process_group("nccl" if use_cuda else "gloo")
-    return dist.get_rank(), dist.get_world_size(), local_rank
+    return dist.get_rank(), dist.get_world_size(), local_rank, created
 
 
 def _wrap(model: torch.nn.Module, t: TrainConfig, device: torch.device, world: int) -> torch.nn.Module:
@@ -113,8 +115,11 @@ def _wrap(model: torch.nn.Module, t: TrainConfig, device: torch.device, world: i
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    # Buffers (stored tensor amax) are kept equal by fcnn.sync_amax, not broadcast.
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, broadcast_buffers=False)
+    # Buffers (stored tensor amax) are kept equal by fcnn.sync_amax, not re-sent every forward.
+    import inspect
+
+    no_sync = {"forward_sync_buffers": False} if "forward_sync_buffers" in inspect.signature(DDP).parameters else {"broadcast_buffers": False}
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **no_sync)
 
 
 def _mean_over_ranks(value: float, world: int, device: torch.device) -> float:
@@ -169,7 +174,17 @@ def train(
     cfg.model.check()
     run_dir = pathlib.Path(out)
     recipe = Recipe(_core.recipe_parse(json.dumps(cfg.recipe), "json", "config.json recipe"))
-    rank, world, local_rank = _init_distributed(t.device)
+    rank, world, local_rank, created_pg = _init_distributed(t.device)
+    try:
+        return _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, log if rank == 0 else (lambda s: None))
+    finally:
+        if created_pg:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, log) -> dict:
     device = resolve_device(t.device, local_rank)
     autocast = t.autocast and device.type == "cuda"
 
@@ -225,6 +240,8 @@ def train(
         run.write_json(run_dir / "config.json", cfg.to_dict())
         run.write_json(run_dir / "env.json", run.environment(device, world))
         log(str(summary_convert))
+        if recipe.is_quantized and not summary_convert.converted:
+            log(f"warning: recipe {recipe.name} quantizes no layer of this model (see the reasons above)")
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
