@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from fourcast.cli import bias, formats, train
+from fourcast.cli import bias, formats, hw, project, train
 
 app = typer.Typer(
     name="fourcast",
@@ -37,7 +37,7 @@ def _root(
     _DEBUG["on"] = debug
 
 
-for _group in (bias, formats, train):
+for _group in (bias, formats, hw, project, train):
     _group.register(app)
 
 

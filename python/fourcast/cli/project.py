@@ -1,0 +1,46 @@
+"""`fourcast project RUN_DIR --to b200,b300,rubin,mi355x [--native ue5m3,e1m2]`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from fourcast.cli._output import emit_json, emit_table
+
+
+def project_cmd(
+    run_dir: str = typer.Argument(..., help="Run folder of a CUDA `fourcast train --profile-steps` run."),
+    to: str = typer.Option("b200,b300,rubin,mi355x", "--to", help="Target GPUs, comma-separated (names or .toml paths)."),
+    native: str = typer.Option("", "--native", help="What-if native features, comma-separated (e.g. ue5m3,e1m2)."),
+    no_correct: bool = typer.Option(False, "--no-correct", help="Do not correct classes by the H200 measured/predicted ratio."),
+    out: Optional[str] = typer.Option(None, "--out", help="Folder for projection.{json,md,png} (default: RUN_DIR)."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Forecast a measured H200 run on other GPUs through the hardware model."""
+    from fourcast import project
+
+    rep = project.project(run_dir, to.split(","), [n for n in native.split(",") if n], correct=not no_correct)
+    paths = project.write_report(rep, out or run_dir)
+    if json_out:
+        emit_json(rep.to_dict())
+        return
+    emit_table(
+        f"H200 measured vs model ({rep.recipe})",
+        ["class", "measured ms", "model ms", "error"],
+        [[c, rep.measured.get(c, 0.0), rep.h200_model.get(c, ""), f"{rep.h200_error[c]:+.1%}" if c in rep.h200_error else ""]
+         for c in ("gemm", "quantize", "attention", "optimizer", "dequantize", "other", "step")],
+    )
+    emit_table(
+        "Projection",
+        ["target", "native", "step ms", "tokens/s/GPU", "MFU", "vs H200", "gain", "preliminary"],
+        [[r["hw"], ",".join(r["native"]), r["step_time_s"] * 1e3, round(r["tokens_per_s_per_gpu"]),
+          "" if r["mfu"] is None else f"{r['mfu']:.1%}", f"{r['speedup_vs_h200']:.2f}x",
+          f"{r['gain']:+.1%}" if "gain" in r else "", "yes" if r["preliminary"] else ""] for r in rep.targets],
+    )
+    print(f"report: {paths['md']}, {paths['png']}, {paths['json']}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("project")(project_cmd)

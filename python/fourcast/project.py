@@ -1,0 +1,299 @@
+"""Throughput projection: a training run measured on the H200 (its profile.json, see
+fourcast/train/profile.py) becomes a forecast for other GPUs through the hardware model.
+
+Every measured op is re-costed on the target by `fourcast.hw.op_times`:
+
+- gemm: the same shape with the same operand formats; on the target the model picks the
+  native MMA kind (or an emulated path, and says so). High-precision layers' backward
+  region ("dgrad+wgrad") is split into its two GEMMs.
+- quantize: the same pass (tensor size, output formats, RHT, SR, amax measured or given).
+- dequantize: dropped. It exists only because Hopper has no FP4 MMA; a native GEMM
+  consumes the packed operands (the GEMM's own cost says when a target must convert).
+- attention: the same shapes (forward and backward).
+- optimizer: AdamW as a memory pass (fp32 param, grad, two moments).
+- other (norms, SwiGLU, RoPE, loss, launch gaps): not modelled op by op; scaled by the
+  ratio of HBM bandwidths (it is elementwise work), and reported as such.
+
+The H200 itself is costed the same way, so the report shows the model's error per op
+class against the measurement. Correction (``correct=True``, the default) multiplies a
+target's class time by the H200 measured/predicted ratio for the classes whose H200
+measurement runs the same algorithm a target would (quantize passes, attention,
+optimizer); GEMMs are not corrected, because on the H200 they are emulated (dequantize +
+BF16 cuBLAS) while a target runs them natively: the H200 error of the BF16 GEMM model
+says nothing about an FP4 MMA.
+
+    >>> from fourcast import project                       # doctest: +SKIP
+    >>> rep = project.project("runs/nvfp4", ["b200", "mi355x"], native=["ue5m3"])
+    >>> rep.targets[0]["step_time_s"]
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from fourcast import hw as fchw
+from fourcast.errors import FourcastError
+
+MAJOR = ("gemm", "quantize", "attention")
+CORRECTED = ("quantize", "attention", "optimizer")
+ADAM_READ_BYTES = 16.0  # fp32 param, grad, exp_avg, exp_avg_sq
+ADAM_WRITE_BYTES = 12.0  # param, exp_avg, exp_avg_sq
+
+
+class ProjectionError(FourcastError, ValueError):
+    """A run folder that cannot be projected (no profile), or a bad target."""
+
+
+def parse_format(label: str) -> dict | None:
+    """A profile's short label back into a recipe tensor format.
+
+    >>> parse_format("e2m1/e4m3x16x16")["tile_2d"]
+    True
+    >>> parse_format("bf16") is None
+    True
+    """
+    if label in ("bf16", "", None):
+        return None
+    element, _, rest = label.partition("/")
+    if rest == "tensor":
+        return {"element": element, "scale": "fp32", "block": 0, "tile_2d": False, "rule": "te"}
+    scale, *dims = rest.split("x")
+    if not dims:
+        raise ProjectionError(f"unreadable format label '{label}' in profile")
+    return {
+        "element": element,
+        "scale": scale,
+        "block": int(dims[0]),
+        "tile_2d": len(dims) == 2,
+        "rule": "floor" if scale == "ue8m0" else "te",
+    }
+
+
+def load_profile(run_dir: str | pathlib.Path) -> dict:
+    run = pathlib.Path(run_dir)
+    path = run / "profile.json"
+    if not run.is_dir():
+        raise ProjectionError(f"no run folder at {run}")
+    if not path.is_file():
+        raise ProjectionError(
+            f"{run} has no profile.json: profiles are recorded by CUDA runs; "
+            "train on a GPU with `fourcast train ... --profile-steps 3`"
+        )
+    prof = json.loads(path.read_text())
+    if prof.get("timer") != "cuda-events":
+        raise ProjectionError(
+            f"{path} was timed with {prof.get('timer')!r}, not CUDA events: a CPU run cannot be "
+            "projected onto GPUs; train on a GPU with --profile-steps"
+        )
+    return prof
+
+
+def model_ops(prof: dict) -> list[tuple[str, dict, float]]:
+    """(class, hardware-model op, calls per step) for every measured op worth costing."""
+    out: list[tuple[str, dict, float]] = []
+    for op in prof["ops"]:
+        calls = float(op.get("calls_per_step", 1))
+        kind = op["kind"]
+        if kind == "gemm":
+            m, n, k = op["M"], op["N"], op["K"]
+            a, b = parse_format(op["a"]), parse_format(op["b"])
+            fa = a if a is not None else "bf16"
+            fb = b if b is not None else "bf16"
+            if op["role"] == "dgrad+wgrad":
+                out.append(("gemm", {"op": "gemm", "m": m, "n": k, "k": n, "a": fa, "b": fb}, calls))
+                out.append(("gemm", {"op": "gemm", "m": n, "n": k, "k": m, "a": fa, "b": fb}, calls))
+            else:
+                out.append(("gemm", {"op": "gemm", "m": m, "n": n, "k": k, "a": fa, "b": fb}, calls))
+        elif kind == "quantize":
+            fmts = op["fmt"].split("+")
+            operands = op.get("operand", "").split("+")
+            outputs = []
+            for i, label in enumerate(fmts):
+                spec = parse_format(label)
+                if spec is None:
+                    continue
+                outputs.append({
+                    "format": spec,
+                    "rht": int(op.get("rht", 0) or 0),
+                    "sr": bool(op.get("sr", False)),
+                    "transposed_copy": i > 0 or ".x" in operands[min(i, len(operands) - 1)] and "wgrad" in operands[min(i, len(operands) - 1)],
+                })
+            if not outputs:
+                continue
+            numel = int(op["rows"]) * int(op["cols"])
+            amax_given = all(a == "given" for a in str(op.get("amax", "measured")).split("+"))
+            q = {"op": "quantize", "numel": numel, "outputs": outputs,
+                 "src_bytes": float(op.get("bytes_in", 2 * numel)) / numel}
+            if amax_given:
+                q["refresh"] = 1000000
+            out.append(("quantize", q, calls))
+        elif kind == "attention":
+            out.append(("attention", {
+                "op": "attention", "batch": op["B"], "seq": op["T"], "heads": op["H"],
+                "kv_heads": op.get("KV", op["H"]), "head_dim": op["D"], "causal": True,
+                "backward": op.get("phase") == "bwd",
+            }, calls))
+        elif kind == "optimizer":
+            p = float(op["params"])
+            out.append(("optimizer", {"op": "memory", "read_bytes": ADAM_READ_BYTES * p,
+                                      "write_bytes": ADAM_WRITE_BYTES * p, "launches": 1}, calls))
+    return out
+
+
+def model_flops_per_step(ops: list[tuple[str, dict, float]]) -> float:
+    """Useful FLOPs of a step: every GEMM (2mnk) and causal attention (QK^T and PV,
+    half the square; backward 2.5x forward), for MFU."""
+    total = 0.0
+    for cls, o, calls in ops:
+        if cls == "gemm":
+            total += 2.0 * o["m"] * o["n"] * o["k"] * calls
+        elif cls == "attention":
+            fwd = 2.0 * 2.0 * o["batch"] * o["heads"] * o["seq"] ** 2 * o["head_dim"] * 0.5
+            total += (2.5 if o["backward"] else 1.0) * fwd * calls
+    return total
+
+
+def cost(hw: Any, ops: list[tuple[str, dict, float]], native: Iterable[str] = ()) -> dict[str, float]:
+    """Seconds per step by class on one GPU."""
+    results = fchw.op_times(hw, [o for _, o, _ in ops], native=list(native))
+    by: dict[str, float] = {}
+    for (cls, _, calls), r in zip(ops, results):
+        by[cls] = by.get(cls, 0.0) + r.time_s * calls
+    return by
+
+
+@dataclass
+class Report:
+    run: str
+    recipe: str
+    tokens_per_step: int
+    measured: dict  # H200 ms per class + step
+    h200_model: dict  # model's H200 ms per class
+    h200_error: dict  # (model - measured) / measured per class
+    corrected: bool
+    targets: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _bandwidth(hw: fchw.Hardware) -> float:
+    return float(hw.data["memory"]["hbm_tbs"]["value"])
+
+
+def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterable[str] = (),
+            *, correct: bool = True, base: str = "h200") -> Report:
+    """Forecast a measured run on each target (and each target with `native` features)."""
+    prof = load_profile(run_dir)
+    targets = [t.strip() for t in targets if t.strip()]
+    valid = fchw.names()
+    for t in targets:
+        if t not in valid and not pathlib.Path(t).is_file():
+            raise ProjectionError(f"unknown target '{t}'; valid: {', '.join(valid)} (or a .toml path)")
+    ops = model_ops(prof)
+    classes = prof["classes"]
+    measured_ms = {c: float(classes.get(c, 0.0)) for c in ("gemm", "quantize", "dequantize", "attention", "optimizer", "other")}
+    step_ms = float(prof["step_time_ms"]["unprofiled"] or prof["step_time_ms"]["profiled"])
+    measured_ms["step"] = step_ms
+    base_hw = fchw.load(base)
+    base_pred = {c: s * 1e3 for c, s in cost(base_hw, ops).items()}
+    err = {c: (base_pred[c] - measured_ms[c]) / measured_ms[c] for c in base_pred if measured_ms.get(c, 0) > 0}
+    ratio = {c: measured_ms[c] / base_pred[c] for c in CORRECTED if base_pred.get(c, 0) > 0 and measured_ms.get(c, 0) > 0}
+    base_bw = _bandwidth(base_hw)
+    tokens = int(prof["tokens_per_step"])
+    model_flops = model_flops_per_step(ops)
+
+    rep = Report(run=str(run_dir), recipe=prof["recipe"], tokens_per_step=tokens, measured=measured_ms,
+                 h200_model=base_pred, h200_error=err, corrected=correct)
+    rep.notes.append("dequantize (emulation-only on Hopper) is dropped on every target")
+    rep.notes.append("'other' (norms, activations, loss, launch gaps) is scaled by the HBM bandwidth ratio")
+    if correct:
+        rep.notes.append(f"classes {', '.join(ratio)} corrected by the H200 measured/predicted ratio; GEMMs not corrected")
+    variants = [[]] + [[n] for n in native if n and n != "none"]
+    for t in targets:
+        hw = fchw.load(t)
+        for nat in variants:
+            by = {c: s * 1e3 for c, s in cost(hw, ops, nat).items()}
+            if correct:
+                by = {c: v * ratio.get(c, 1.0) for c, v in by.items()}
+            by["other"] = measured_ms["other"] * base_bw / _bandwidth(hw)
+            total = sum(by.values())
+            peak = _bf16_peak_tflops(hw)
+            rep.targets.append({
+                "hw": t, "native": nat or ["none"], "step_time_s": total / 1e3,
+                "tokens_per_s_per_gpu": tokens / (total / 1e3),
+                "mfu": (model_flops / (total / 1e3)) / (peak * 1e12) if model_flops and peak else None,
+                "speedup_vs_h200": step_ms / total, "breakdown_ms": by,
+                "preliminary": bool(hw.preliminary),
+            })
+    for row in rep.targets:
+        if row["native"] != ["none"]:
+            plain = next(r for r in rep.targets if r["hw"] == row["hw"] and r["native"] == ["none"])
+            row["gain"] = plain["step_time_s"] / row["step_time_s"] - 1
+    return rep
+
+
+def _bf16_peak_tflops(hw: fchw.Hardware) -> float | None:
+    peak = hw.kinds.get("bf16")
+    return None if peak is None else float(peak)
+
+
+def write_report(rep: Report, out_dir: str | pathlib.Path) -> dict[str, pathlib.Path]:
+    """projection.json, projection.md and projection.png (stacked bars) into out_dir."""
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "projection.json", "md": out / "projection.md", "png": out / "projection.png"}
+    paths["json"].write_text(json.dumps(rep.to_dict(), indent=2) + "\n")
+    paths["md"].write_text(markdown(rep))
+    plot(rep, paths["png"])
+    return paths
+
+
+def markdown(rep: Report) -> str:
+    lines = [f"# Projection of {rep.run} (recipe {rep.recipe}, {rep.tokens_per_step} tokens/step)", ""]
+    lines += ["## H200: measured vs model (ms per step)", "", "| class | measured | model | error |", "|---|---|---|---|"]
+    for c in ("gemm", "quantize", "attention", "optimizer", "dequantize", "other", "step"):
+        m = rep.measured.get(c)
+        p = rep.h200_model.get(c)
+        e = rep.h200_error.get(c)
+        lines.append(f"| {c} | {m:.3f} | {'' if p is None else f'{p:.3f}'} | {'' if e is None else f'{e:+.1%}'} |")
+    lines += ["", "## Targets", "", "| target | native | step ms | tokens/s/GPU | MFU | vs H200 | gain | preliminary |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in rep.targets:
+        mfu = "" if r["mfu"] is None else f"{r['mfu']:.1%}"
+        gain = f"{r['gain']:+.1%}" if "gain" in r else ""
+        lines.append(f"| {r['hw']} | {','.join(r['native'])} | {r['step_time_s'] * 1e3:.2f} | "
+                     f"{r['tokens_per_s_per_gpu']:.0f} | {mfu} | {r['speedup_vs_h200']:.2f}x | {gain} | "
+                     f"{'yes' if r['preliminary'] else ''} |")
+    lines += ["", *[f"- {n}" for n in rep.notes], ""]
+    return "\n".join(lines)
+
+
+def plot(rep: Report, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = ["h200 (measured)"] + [f"{r['hw']}" + ("" if r["native"] == ["none"] else f"+{','.join(r['native'])}")
+                                    for r in rep.targets]
+    rows = [{c: rep.measured.get(c, 0.0) for c in ("gemm", "quantize", "dequantize", "attention", "optimizer", "other")}]
+    rows += [r["breakdown_ms"] for r in rep.targets]
+    classes = ["gemm", "quantize", "dequantize", "attention", "optimizer", "other"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels)), 4))
+    bottom = [0.0] * len(labels)
+    for c in classes:
+        vals = [row.get(c, 0.0) for row in rows]
+        ax.bar(labels, vals, bottom=bottom, label=c)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_ylabel("ms per step")
+    ax.set_title(f"{rep.recipe}: measured H200 step and projections")
+    ax.legend(fontsize=7)
+    plt.setp(ax.get_xticklabels(), rotation=45, ha="right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,101 @@
+"""Projection of a measured profile onto other GPUs (fourcast/project.py)."""
+
+import json
+
+import pytest
+
+from fourcast import project
+from fourcast.cli import main
+
+NV = "e2m1/e4m3x16"
+
+
+def _profile(timer="cuda-events"):
+    tokens = 8192
+    return {
+        "schema": "fourcast.profile/1", "device": "cuda:0", "gpu": "NVIDIA H200", "timer": timer,
+        "recipe": "nvfp4", "tokens_per_step": tokens, "world_size": 1, "steps": [5],
+        "step_time_ms": {"profiled": 10.0, "unprofiled": 9.8}, "overhead": 0.02,
+        "classes": {"gemm": 5.0, "quantize": 1.5, "dequantize": 0.7, "attention": 1.2, "optimizer": 0.3, "other": 1.1},
+        "ops": [
+            {"kind": "gemm", "role": "fprop", "layer": "blocks.0.mlp.w1", "M": tokens, "N": 2048, "K": 768,
+             "a": NV, "b": NV + "x16", "rht": 0, "path": "dequant", "calls_per_step": 1, "ms_per_call": 0.1, "ms_per_step": 0.1},
+            {"kind": "gemm", "role": "dgrad+wgrad", "layer": "head", "M": tokens, "N": 8192, "K": 768,
+             "a": "bf16", "b": "bf16", "rht": 0, "path": "torch", "calls_per_step": 1, "ms_per_call": 0.3, "ms_per_step": 0.3},
+            {"kind": "quantize", "layer": "blocks.0.mlp.w1", "operand": "fprop.x+wgrad.x", "rows": tokens, "cols": 768,
+             "fmt": NV + "+" + NV, "rht": 16, "sr": False, "amax": "measured+measured",
+             "bytes_in": 2 * tokens * 768, "bytes_out": tokens * 768, "calls_per_step": 1},
+            {"kind": "dequantize", "layer": "blocks.0.mlp.w1", "gemm": "fprop", "emulation": True, "calls_per_step": 1},
+            {"kind": "attention", "phase": "fwd", "B": 8, "H": 12, "T": 1024, "D": 64, "calls_per_step": 12},
+            {"kind": "attention", "phase": "bwd", "B": 8, "H": 12, "T": 1024, "D": 64, "calls_per_step": 12},
+            {"kind": "optimizer", "params": 124_000_000, "calls_per_step": 1},
+        ],
+    }
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    (tmp_path / "profile.json").write_text(json.dumps(_profile()))
+    return tmp_path
+
+
+def test_parse_format_round_trips_labels():
+    assert project.parse_format("e2m1/e4m3x16x16") == {"element": "e2m1", "scale": "e4m3", "block": 16, "tile_2d": True, "rule": "te"}
+    assert project.parse_format("e2m1/ue8m0x32")["rule"] == "floor"
+    assert project.parse_format("e4m3/tensor")["scale"] == "fp32"
+    assert project.parse_format("bf16") is None
+
+
+def test_ops_mapping_splits_backward_and_drops_dequant():
+    ops = project.model_ops(_profile())
+    classes = [c for c, _, _ in ops]
+    assert classes.count("gemm") == 3  # fprop + (dgrad, wgrad) of the bf16 head
+    assert "dequantize" not in classes
+    head_dgrad, head_wgrad = [o for c, o, _ in ops if c == "gemm"][1:]
+    assert (head_dgrad["m"], head_dgrad["n"], head_dgrad["k"]) == (8192, 768, 8192)
+    assert (head_wgrad["m"], head_wgrad["n"], head_wgrad["k"]) == (8192, 768, 8192)
+
+
+def test_projection_report(run_dir):
+    rep = project.project(run_dir, ["b200", "mi355x"], ["ue5m3"])
+    assert [(r["hw"], r["native"]) for r in rep.targets] == [
+        ("b200", ["none"]), ("b200", ["ue5m3"]), ("mi355x", ["none"]), ("mi355x", ["ue5m3"])]
+    for r in rep.targets:
+        assert "dequantize" not in r["breakdown_ms"]
+        assert r["step_time_s"] == pytest.approx(sum(r["breakdown_ms"].values()) / 1e3)
+        assert r["speedup_vs_h200"] > 1.0  # B200 / MI355X outrun an emulating H200 here
+    assert set(rep.h200_error) >= {"gemm", "quantize", "attention"}
+    paths = project.write_report(rep, run_dir)
+    assert all(p.is_file() for p in paths.values())
+
+
+def test_correction_changes_only_named_classes(run_dir):
+    a = project.project(run_dir, ["b200"], correct=True).targets[0]["breakdown_ms"]
+    b = project.project(run_dir, ["b200"], correct=False).targets[0]["breakdown_ms"]
+    assert a["gemm"] == b["gemm"]
+    assert a["quantize"] != b["quantize"]
+
+
+def test_errors(tmp_path, run_dir):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(project.ProjectionError, match="no profile.json"):
+        project.project(empty, ["b200"])
+    with pytest.raises(project.ProjectionError, match="no run folder"):
+        project.project(tmp_path / "missing", ["b200"])
+    with pytest.raises(project.ProjectionError, match="unknown target 'b999'"):
+        project.project(run_dir, ["b999"])
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    (cpu / "profile.json").write_text(json.dumps(_profile(timer="perf_counter")))
+    with pytest.raises(project.ProjectionError, match="CPU run"):
+        project.project(cpu, ["b200"])
+
+
+def test_cli_json_matches_api(run_dir, capsys):
+    assert main(["project", str(run_dir), "--to", "b200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    api = project.project(run_dir, ["b200"]).to_dict()
+    assert out["targets"] == api["targets"]
+    assert main(["project", str(run_dir), "--to", "nope"]) == 2
+    assert "unknown target" in capsys.readouterr().err
