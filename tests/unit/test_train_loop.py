@@ -4,7 +4,6 @@ resumed continues with bit-identical losses; profile and tensor capture; compare
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 import textwrap
@@ -220,3 +219,19 @@ def test_killed_run_resumes_bit_identically(text, tmp_path):
     assert a_val == b_val
     # the uninterrupted run's losses do move step to step (the comparison is not vacuous)
     assert len({r["loss"] for r in a_train}) == 10
+
+
+def test_resume_extends_a_run_and_refuses_other_settings(text, tmp_path):
+    cfg = _cfg(fc.recipe("bf16"), text, tmp_path / "cache", steps=4, ckpt_every=2)
+    cfg.data.tokenizer = "bpe:320"  # the vocabulary comes from the data: resume must see the same
+    train(cfg, tmp_path / "r")
+    longer = _cfg(fc.recipe("bf16"), text, tmp_path / "cache", steps=6, ckpt_every=2)
+    longer.data.tokenizer = "bpe:320"
+    summary = train(longer, tmp_path / "r", resume=True)
+    assert summary["steps"] == 6 and len(run.read_metrics(tmp_path / "r")[0]) == 6
+    other = _cfg(fc.recipe("bf16"), text, tmp_path / "cache", steps=8, seed=5)
+    other.data.tokenizer = "bpe:320"
+    with pytest.raises(fc.TrainError, match="train differs.*seed"):
+        train(other, tmp_path / "r", resume=True)
+    with pytest.raises(fc.TrainError, match="recipe differs"):
+        train(_cfg(fc.recipe("bf16", keep_bf16_first=1), text, tmp_path / "cache", steps=8), tmp_path / "r", resume=True)

@@ -80,6 +80,12 @@ def estimate_memory(cfg: RunConfig, autocast: bool) -> int:
 def available_memory(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
+    try:  # MemAvailable counts reclaimable page cache; free pages alone would not
+        for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
@@ -189,8 +195,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
     autocast = t.autocast and device.type == "cuda"
 
     if resume:
-        ckpt_meta = checkpoint.read_meta(run_dir)
-        _check_resume(run_dir, cfg)
+        checkpoint.read_meta(run_dir)  # fails early, with a hint, when there is none
     elif (run_dir / checkpoint.FILE).exists() or (run_dir / "metrics.jsonl").exists():
         raise TrainError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
 
@@ -201,6 +206,8 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
         dist.barrier()  # rank 0 built the token cache; the others now read it
         data = data or load_data(cfg.data, t.seq)
     cfg.model.vocab_size = data.vocab_size
+    if resume:
+        _check_resume(run_dir, cfg)
 
     need, have = estimate_memory(cfg, autocast), available_memory(device)
     if need > have:
