@@ -22,6 +22,7 @@ from fourcast.recipes import Recipe, recipe
 from fourcast import quant
 from fourcast.quant import Format, QTensor, philox, philox_uniform, quantize, rht, rht_signs
 from fourcast import bias
+from fourcast import hw
 
 __version__ = _core.__version__
 
@@ -40,6 +41,7 @@ __all__ = [
     "TrainError",
     "__version__",
     "bias",
+    "hw",
     "philox",
     "philox_uniform",
     "quant",
