@@ -467,16 +467,24 @@ def _decode(c, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWO
 
 # ------------------------------------------------------------------ host side
 
+CONFIG_OVERRIDE: dict = {}
+
+
 def config(spec: Spec, rht_n: int, axis: int):
-    """Tile shape and warps. Chosen for a memory-bound elementwise kernel: 8K elements
-    per program (16 KiB of bf16 in, so enough bytes in flight per SM), BK covering the
-    block and the RHT size; BM a multiple of 16 for 2D tiles. One config, no autotune,
-    so the interpreter and the GPU run the same code."""
+    """(BM, BK, warps) of the one-layout quantizer. A memory-bound elementwise kernel:
+    4K elements per program, 16 per thread with 8 warps (ptxas, sm_90a, compiled here:
+    64x64/8 warps with SR needs 151 registers and no spills, 128x64/4 warps spills);
+    BK covers the block and the RHT size; BM a multiple of 16 for 2D tiles.
+    benchmarks/kernels.py times alternatives through CONFIG_OVERRIDE. One config, no
+    autotune, so the interpreter and the GPU run the same code (interpreter: 16x32)."""
+    if "cfg" in CONFIG_OVERRIDE:
+        bm, bk, w = CONFIG_OVERRIDE["cfg"]
+        return bm, max(bk, rht_n), w
     bk = max(64, rht_n)
-    bm = max(16, 8192 // bk)
+    bm = max(16, 4096 // bk)
     if interpreting():
         bm, bk = 16, max(32, rht_n)
-    return bm, bk, 4
+    return bm, bk, 8
 
 
 def _constexprs(spec: Spec, rounding: str) -> dict:

@@ -1,0 +1,451 @@
+"""GPU benchmark of fourcast's Triton kernels against the peers, in ONE device call.
+
+Checks correctness first (fake-quant outputs bit-exact to the PyTorch reference on the
+same device, GEMM within the FP32-accumulation bound), then times every variant with
+triton.testing.do_bench (median, fresh random bf16 inputs) beside: the device's copy
+bandwidth, cuBLAS BF16 and FP8 (torch._scaled_mm) GEMMs, and PyTorch eager /
+torch.compile NVFP4 fake-quant and quantize+pack written the way a user would.
+Prints a short table last and writes JSON (incrementally) to $OUT/kernels-h200.json.
+
+Usage (on the GPU machine): python benchmarks/kernels.py --budget 240
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from fourcast.kernels import fake_quant as fk
+from fourcast.kernels import gemm as gk
+from fourcast.kernels import quantize as qk
+from fourcast.kernels import reference as ref
+from fourcast.kernels import testing
+
+F = testing.FORMATS
+DEV = "cuda"
+T0 = time.time()
+RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [], "gemm_fp8_exact": [],
+             "linear": [], "checks": [], "errors": [], "notes": []}
+ARGS = None
+
+
+def left() -> float:
+    return ARGS.budget - (time.time() - T0)
+
+
+def save():
+    out = os.environ.get("OUT", ".")
+    with open(os.path.join(out, "kernels-h200.json"), "w") as fh:
+        json.dump(RES, fh, indent=1, default=str)
+
+
+SMOKE = os.environ.get("BENCH_SMOKE") == "1"  # CPU + TRITON_INTERPRET=1, tiny shapes: script bugs only
+if SMOKE:
+    DEV = "cpu"
+
+
+def ms(fn, rep=100) -> float:
+    if SMOKE:
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    return float(do_bench(fn, warmup=25, rep=rep, return_mode="median"))
+
+
+def log(*a):
+    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def section(name):
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run():
+            if left() < 20:
+                RES["errors"].append(f"{name}: skipped, budget exhausted")
+                log("SKIP", name)
+                return
+            log("==", name)
+            try:
+                fn()
+            except Exception as exc:  # keep going: one broken variant must not hide the rest
+                RES["errors"].append(f"{name}: {exc!r}")
+                traceback.print_exc()
+            save()
+        return run
+    return wrap
+
+
+def rand(shape, dtype=torch.bfloat16):
+    return torch.randn(shape, device=DEV, dtype=torch.float32).to(dtype)
+
+
+# ------------------------------------------------------------------ peers (a user's PyTorch)
+
+def peer_nvfp4(x: torch.Tensor, pack: bool = False):
+    """NVFP4 (TE rule) fake-quant, or codes + e4m3 scales, in plain PyTorch."""
+    xf = x.float().reshape(-1, 16)
+    amax = xf.abs().amax()
+    s_enc = torch.clamp(2688.0 / amax, max=3.4e38)
+    bamax = xf.abs().amax(-1, keepdim=True)
+    s_dec = torch.clamp(bamax * (s_enc / 6.0), max=448.0).to(torch.float8_e4m3fn)
+    sd = s_dec.float()
+    enc = 1.0 / (sd / s_enc)
+    y = torch.clamp(xf * enc, -6.0, 6.0)
+    a = y.abs()
+    q = torch.where(a < 2, torch.round(a * 2) / 2, torch.where(a < 4, torch.round(a), torch.round(a / 2) * 2))
+    if not pack:
+        return (q.copysign(y) * sd / s_enc).to(x.dtype).reshape(x.shape)
+    mag = torch.where(q < 2, q * 2, torch.where(q < 4, q + 2, q / 2 + 4)).to(torch.uint8)
+    code = mag | (torch.signbit(y).to(torch.uint8) << 3)
+    code = code.reshape(x.shape[0], -1)
+    return code[:, 0::2] | (code[:, 1::2] << 4), s_dec.view(torch.uint8).reshape(x.shape[0], -1)
+
+
+# ------------------------------------------------------------------ sections
+
+@section("meta")
+def meta():
+    p = torch.cuda.get_device_properties(0) if not SMOKE else type("P", (), dict(name="cpu-smoke",
+                                                                                    multi_processor_count=0))
+    RES["meta"] = dict(gpu=p.name, sms=p.multi_processor_count, torch=torch.__version__, triton=triton.__version__,
+                       date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                       python=sys.version.split()[0], cuda=torch.version.cuda)
+    log(RES["meta"])
+
+
+@section("copy bandwidth")
+def ceiling_copy():
+    n = 1 << 29 if not SMOKE else 1 << 10  # 1 GiB of bf16
+    a = rand((n,))
+    b = torch.empty_like(a)
+    t = ms(lambda: b.copy_(a))
+    RES["ceilings"]["copy_tbps"] = 2 * a.numel() * 2 / t / 1e9
+    log(f"copy {RES['ceilings']['copy_tbps']:.2f} TB/s")
+
+
+GEMM_SHAPES = [(8192, 8192, 8192), (8192, 6144, 4096), (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336)]
+if SMOKE:
+    GEMM_SHAPES = [(64, 64, 64), (32, 48, 64)]
+
+
+@section("cuBLAS bf16 / fp8")
+def ceiling_gemm():
+    RES["ceilings"]["bf16"] = {}
+    RES["ceilings"]["fp8"] = {}
+    for (m, n, k) in GEMM_SHAPES:
+        a, b = rand((m, k)), rand((n, k))
+        t = ms(lambda: torch.mm(a, b.t()))
+        RES["ceilings"]["bf16"][f"{m}x{n}x{k}"] = dict(ms=t, tflops=2 * m * n * k / t / 1e9)
+        a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        one = torch.ones((), device=DEV)
+        t8 = ms(lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16))
+        RES["ceilings"]["fp8"][f"{m}x{n}x{k}"] = dict(ms=t8, tflops=2 * m * n * k / t8 / 1e9)
+        log(f"{m}x{n}x{k}: bf16 {2 * m * n * k / t / 1e9:.0f} TFLOP/s, fp8 {2 * m * n * k / t8 / 1e9:.0f}")
+
+
+QSIZES = [(8192, 8192), (16384, 4096)] if not SMOKE else [(64, 64)]
+BIG = (8192, 8192) if not SMOKE else (64, 64)
+
+
+def qbytes(r, c, spec_block, copies=1, xhat=False):
+    """Fewest bytes: read bf16 once; write per copy 0.5 B codes + 1/block B scales (or 2 B x_hat)."""
+    per = 2.0 if xhat else 0.5 + 1.0 / spec_block
+    return r * c * (2.0 + copies * per)
+
+
+def qvariants(x):
+    s16 = ref.rht_signs(16, "te").to(DEV)
+    amax = x.abs().amax().float()
+    nv, mx = F["nvfp4"], F["mxfp4"]
+    yield "row nvfp4 (amax pass + quantize)", 1, False, 16, lambda: qk.quantize(x, nv)
+    yield "row nvfp4 delayed amax (1 pass)", 1, False, 16, lambda: qk.quantize(x, nv, tensor_amax=amax)
+    yield "row nvfp4 SR", 1, False, 16, lambda: qk.quantize(x, nv, rounding="sr", seed=1)
+    yield "row mxfp4 (1 pass, fused amax)", 1, False, 32, lambda: qk.quantize(x, mx)
+    yield "col nvfp4 RHT16 (butterfly)", 1, False, 16, lambda: qk.quantize(x, nv, axis=0, rht=(16, s16))
+    yield "col nvfp4 RHT16 (tensor-core dot)", 1, False, 16, lambda: qk.quantize(x, nv, axis=0, rht=(16, s16),
+                                                                                   rht_impl=1)
+    yield "row+col nvfp4", 2, False, 16, lambda: qk.quantize_rowcol(x, nv, nv, "rtne", "rtne", 0, 0, None, None)
+    yield "row+col nvfp4 delayed amax", 2, False, 16, lambda: qk.quantize_rowcol(
+        x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)
+    yield "row+col nvfp4, col RHT16+SR (TE dY)", 2, False, 16, lambda: qk.quantize_rowcol(
+        x, nv, nv, "sr", "sr", 0, 0, None, (16, s16))
+    yield "row+col mxfp4", 2, False, 32, lambda: qk.quantize_rowcol(x, mx, mx, "rtne", "rtne", 0, 0, None, None)
+    yield "fake-quant row nvfp4", 1, True, 16, lambda: fk.fake_quant(x, nv)
+    yield "fake-quant row nvfp4 delayed", 1, True, 16, lambda: fk.fake_quant(x, nv, tensor_amax=amax)
+    yield "fake-quant row+col nvfp4 delayed", 2, True, 16, lambda: fk.fake_quant_rowcol(
+        x, nv, tensor_amax=amax, tensor_amax_c=amax)
+
+
+@section("quantizer correctness")
+def quant_checks():
+    x = rand((4096, 4096) if not SMOKE else (64, 64))
+    s16 = ref.rht_signs(16, "te").to(DEV)
+    for name, kw in (("nvfp4", {}), ("nvfp4", dict(axis=0, rht=(16, s16), rounding="sr", seed=3)),
+                     ("mxfp4", {}), ("ue5m3-2d", {}), ("ufp4", dict(rht=(16, s16)))):
+        a, b = qk.quantize(x, F[name], **kw), ref.quantize(x, F[name], **kw)
+        ok = testing.packed_diff(a, b) == [] and torch.equal(fk.fake_quant(x, F[name], **kw), ref.dequantize(b))
+        RES["checks"].append(dict(what=f"quantize {name} {sorted(kw)} == reference", ok=bool(ok)))
+        log("check", name, sorted(kw), ok)
+
+
+@section("quantizer timing")
+def quant_timing():
+    copy = RES["ceilings"].get("copy_tbps", 4.27)
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        for name, copies, xhat, blk, fn in qvariants(x):
+            if left() < 60:
+                RES["errors"].append(f"quantizer {name} {r}x{c}: skipped (budget)")
+                continue
+            try:
+                fn()
+                t = ms(fn)
+            except Exception as exc:
+                RES["errors"].append(f"quantizer {name}: {exc!r}")
+                traceback.print_exc()
+                continue
+            gbps = qbytes(r, c, blk, copies, xhat) / t / 1e9
+            RES["quantizer"].append(dict(variant=name, shape=f"{r}x{c}", ms=t, tbps=gbps / 1e3,
+                                         frac_copy=gbps / 1e3 / copy))
+            log(f"{name:42s} {r}x{c}: {t * 1e3:7.1f} us  {gbps / 1e3:.2f} TB/s  {gbps / 1e3 / copy:.0%} of copy")
+        save()
+
+
+@section("quantizer tile configs")
+def quant_configs():
+    x = rand(BIG)
+    amax = x.abs().amax().float()
+    for cfg in ((64, 64, 8), (32, 64, 4), (64, 128, 8), (128, 64, 8), (32, 128, 4)) if not SMOKE else ((16, 32, 4),):
+        qk.CONFIG_OVERRIDE["cfg"] = cfg
+        try:
+            fn = lambda: qk.quantize(x, F["nvfp4"], tensor_amax=amax)  # noqa: E731
+            fn()
+            t = ms(fn)
+            RES["quantizer"].append(dict(variant=f"row nvfp4 delayed, tile {cfg}", shape="8192x8192", ms=t,
+                                         tbps=qbytes(*BIG, 16) / t / 1e12,
+                                         frac_copy=qbytes(*BIG, 16) / t / 1e12
+                                         / RES["ceilings"].get("copy_tbps", 4.27)))
+            log(f"tile {cfg}: {t * 1e3:.1f} us")
+        except Exception as exc:
+            RES["errors"].append(f"quantizer tile {cfg}: {exc!r}")
+    qk.CONFIG_OVERRIDE.pop("cfg", None)
+
+
+@section("peers eager / torch.compile")
+def peers():
+    x = rand(BIG)
+    want = fk.fake_quant(x, F["nvfp4"])
+    got = peer_nvfp4(x)
+    RES["peers"]["eager_fq_matches_fourcast_frac"] = float((got == want).float().mean())
+    RES["peers"]["eager_fq_ms"] = ms(lambda: peer_nvfp4(x), rep=50)
+    RES["peers"]["eager_pack_ms"] = ms(lambda: peer_nvfp4(x, True), rep=50)
+    fq_c = torch.compile(peer_nvfp4) if not SMOKE else peer_nvfp4
+    fq_c(x)
+    RES["peers"]["compiled_fq_ms"] = ms(lambda: fq_c(x))
+    pk_c = torch.compile(lambda t: peer_nvfp4(t, True)) if not SMOKE else (lambda t: peer_nvfp4(t, True))
+    pk_c(x)
+    RES["peers"]["compiled_pack_ms"] = ms(lambda: pk_c(x))
+    log(RES["peers"])
+
+
+def best_gemm_config(a, b):
+    cands = [(128, 128, 32, 8, 8, 3), (128, 128, 64, 8, 8, 3), (128, 256, 32, 8, 8, 3), (256, 128, 32, 8, 8, 3),
+             (128, 128, 32, 8, 4, 4)]
+    if SMOKE:
+        cands = [(16, 16, 32, 1, 4, 1)]
+    best = None
+    for cfg in cands:
+        if left() < 90:
+            break
+        gk.CONFIG_OVERRIDE["cfg"] = cfg
+        try:
+            gk.gemm(a, b)
+            t = ms(lambda: gk.gemm(a, b))
+        except Exception as exc:
+            RES["errors"].append(f"gemm config {cfg}: {exc!r}")
+            continue
+        n3 = BIG[0] ** 3
+        RES["gemm"].append(dict(variant=f"config {cfg}", shape="x".join([str(BIG[0])] * 3), ms=t,
+                                tflops=2 * n3 / t / 1e9))
+        log(f"gemm config {cfg}: {2 * n3 / t / 1e9:.0f} TFLOP/s")
+        if best is None or t < best[1]:
+            best = (cfg, t)
+    gk.CONFIG_OVERRIDE.pop("cfg", None)
+    return best[0] if best else None
+
+
+@section("packed GEMM")
+def gemm_bench():
+    bf = RES["ceilings"].get("bf16", {})
+    a = qk.quantize(rand(BIG), F["nvfp4"])
+    b = qk.quantize(rand(BIG), F["nvfp4"])
+    # correctness at a size where float64 is cheap
+    cs = ((2048, 4096), (1024, 4096)) if not SMOKE else ((32, 64), (16, 64))
+    a1, b1 = qk.quantize(rand(cs[0]), F["nvfp4"]), qk.quantize(rand(cs[1]), F["nvfp4-2d"])
+    c64, bound = testing.gemm_bound(ref.dequantize_layout(a1), ref.dequantize_layout(b1), torch.bfloat16)
+    err = (gk.gemm(a1, b1).double() - c64).abs()
+    RES["checks"].append(dict(what="gemm nvfp4 x nvfp4-2d within bound", ok=bool((err <= bound).all()),
+                              max_err_over_bound=float((err / bound).max())))
+    cfg = best_gemm_config(a, b)
+    if cfg:
+        gk.CONFIG_OVERRIDE["cfg"] = cfg
+    RES["notes"].append(f"gemm config used: {cfg}")
+    for fname in ("nvfp4", "mxfp4", "ufp4"):
+        for (m, n, k) in GEMM_SHAPES:
+            if left() < 60:
+                break
+            try:
+                pa = qk.quantize(rand((m, k)), F[fname])
+                pb = qk.quantize(rand((n, k)), F[fname])
+                gk.gemm(pa, pb)
+                t = ms(lambda: gk.gemm(pa, pb))
+            except Exception as exc:
+                RES["errors"].append(f"gemm {fname} {m}x{n}x{k}: {exc!r}")
+                continue
+            key = f"{m}x{n}x{k}"
+            tf = 2 * m * n * k / t / 1e9
+            ratio = tf / bf[key]["tflops"] if key in bf else None
+            RES["gemm"].append(dict(variant=f"packed {fname}", shape=key, ms=t, tflops=tf, vs_cublas_bf16=ratio))
+            log(f"packed {fname} {key}: {tf:.0f} TFLOP/s ({ratio or 0:.0%} of cuBLAS bf16)")
+        save()
+    gk.CONFIG_OVERRIDE.pop("cfg", None)
+
+
+def to_fp8_rowref(p):
+    """MXFP4-style (UE8M0) packed operand -> (E4M3 tensor, per-row power-of-two scale,
+    exact?): each block's 2^e folded into the FP8 values relative to the row's largest
+    block exponent minus 6 (so 6 * 2^6 = 384 <= 448); exact while a row spans <= 14 binades."""
+    vals = ref.decode_codes(ref.unpack_nibbles(p.codes), ref.GRIDS[p.spec.element])
+    e = p.scales.to(torch.int32) - 127
+    r = e.amax(1, keepdim=True) - 6
+    v = vals * ref.pow2((e - r).clamp(-149, 127)).repeat_interleave(p.spec.block, 1)
+    v8 = v.to(torch.float8_e4m3fn)
+    exact = bool((v8.float() == v).all())
+    return v8, ref.pow2(r).float(), exact
+
+
+@section("exact MXFP4 GEMM on FP8 tensor cores (idea)")
+def gemm_fp8_idea():
+    bf = RES["ceilings"].get("bf16", {})
+    for (m, n, k) in GEMM_SHAPES:
+        if left() < 45:
+            break
+        pa = qk.quantize(rand((m, k)), F["mxfp4"])
+        pb = qk.quantize(rand((n, k)), F["mxfp4"])
+        a8, sa, ea = to_fp8_rowref(pa)
+        b8, sb, eb = to_fp8_rowref(pb)
+        fn = lambda: torch._scaled_mm(a8, b8.t(), sa, sb.t(), out_dtype=torch.bfloat16)  # noqa: E731
+        c = fn()
+        t = ms(fn)
+        key = f"{m}x{n}x{k}"
+        entry = dict(shape=key, ms=t, tflops=2 * m * n * k / t / 1e9, exact_operands=ea and eb,
+                     vs_cublas_bf16=(2 * m * n * k / t / 1e9) / bf[key]["tflops"] if key in bf else None)
+        if m * n * k <= 8192 * 6144 * 4096:
+            c64, bound = testing.gemm_bound(ref.dequantize_layout(pa)[:1024], ref.dequantize_layout(pb)[:1024],
+                                            torch.bfloat16)
+            entry["within_bound"] = bool(((c[:1024, :1024].double() - c64).abs() <= bound).all())
+        RES["gemm_fp8_exact"].append(entry)
+        log(entry)
+
+
+LINEAR = [(8192, 4096, 4096), (8192, 6144, 4096), (8192, 28672, 4096), (8192, 4096, 14336)]
+if SMOKE:
+    LINEAR = [(64, 32, 64)]
+
+
+@section("linear fwd+bwd")
+def linear_bench():
+    s16 = ref.rht_signs(16, "te").to(DEV)
+    nv, nv2d, mx = F["nvfp4"], F["nvfp4-2d"], F["mxfp4"]
+    for (m, n, k) in LINEAR:
+        if left() < 40:
+            break
+        x, w, dy = rand((m, k)), rand((n, k)), rand((m, n))
+
+        def bf16():
+            torch.mm(x, w.t())
+            torch.mm(dy, w)
+            torch.mm(dy.t(), x)
+
+        ax, aw, ady = x.abs().amax().float(), w.abs().amax().float(), dy.abs().amax().float()
+
+        def nvfp4(delayed):
+            xa, wa, da = (ax, aw, ady) if delayed else (None, None, None)
+            xr, xc = fk.fake_quant_rowcol(x, nv, rht_c=(16, s16), tensor_amax=xa, tensor_amax_c=xa)
+            wq = fk.fake_quant(w, nv2d, tensor_amax=wa)
+            dr, dc = fk.fake_quant_rowcol(dy, nv, rounding="sr", seed=1, rht_c=(16, s16), tensor_amax=da,
+                                          tensor_amax_c=da)
+            torch.mm(xr, wq.t())
+            torch.mm(dr, wq)
+            torch.mm(dc.t(), xc)
+
+        def mxfp4():
+            xr, xc = fk.fake_quant_rowcol(x, mx)
+            wr, wc = fk.fake_quant_rowcol(w, mx)
+            dr, dc = fk.fake_quant_rowcol(dy, mx, rounding="sr", seed=1)
+            torch.mm(xr, wr.t())
+            torch.mm(dr, wc)
+            torch.mm(dc.t(), xc)
+
+        t0 = ms(bf16)
+        row = dict(shape=f"M{m} N{n} K{k}", bf16_ms=t0)
+        for name, fn in (("nvfp4 (TE recipe, fresh amax)", lambda: nvfp4(False)),
+                         ("nvfp4 (TE recipe, delayed amax)", lambda: nvfp4(True)), ("mxfp4", mxfp4)):
+            fn()
+            t = ms(fn)
+            row[name] = dict(ms=t, ratio=t / t0)
+        RES["linear"].append(row)
+        log(row)
+
+
+def table():
+    print("\n==== fourcast kernels on", RES["meta"].get("gpu"), "torch", RES["meta"].get("torch"), "triton",
+          RES["meta"].get("triton"))
+    print(f"copy {RES['ceilings'].get('copy_tbps', 0):.2f} TB/s; peers (8192^2 ms):",
+          {k: round(v, 3) for k, v in RES["peers"].items()})
+    pc = RES["peers"].get("compiled_pack_ms")
+    for q in RES["quantizer"]:
+        sp = f" {pc / q['ms']:.1f}x compiled pack" if pc and q["shape"] == "8192x8192" else ""
+        print(f"  Q {q['variant']:42s} {q['shape']:>10s} {q['ms'] * 1e3:7.1f} us {q['frac_copy']:5.0%} copy{sp}")
+    for g in RES["gemm"]:
+        r = g.get("vs_cublas_bf16")
+        print(f"  G {g['variant']:42s} {g['shape']:>16s} {g['tflops']:6.0f} TF" + (f" {r:5.0%} bf16" if r else ""))
+    for g in RES["gemm_fp8_exact"]:
+        print(f"  F mxfp4-on-fp8 {g['shape']:>16s} {g['tflops']:6.0f} TF exact={g['exact_operands']} "
+              f"{(g.get('vs_cublas_bf16') or 0):.0%} bf16")
+    for lrow in RES["linear"]:
+        print("  L", lrow["shape"], {k: round(v["ratio"], 3) for k, v in lrow.items() if isinstance(v, dict)})
+    print("checks:", [(c["what"], c["ok"]) for c in RES["checks"]])
+    print("errors:", RES["errors"])
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
+    ap.add_argument("--only", default="", help="comma-separated section names to run")
+    ARGS = ap.parse_args()
+    torch.manual_seed(0)
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, peers, gemm_bench, linear_bench,
+             gemm_fp8_idea, quant_configs]
+    only = [o for o in ARGS.only.split(",") if o]
+    for s in steps:
+        if not only or s.__name__ in only or s is meta:
+            s()
+    RES["meta"]["wall_s"] = time.time() - T0
+    save()
+    table()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Triton kernels on a CUDA device at real sizes: quantizer codes, scale bytes, tensor
+scale and amax bit for bit against the PyTorch reference on the same device (random,
+heavy-tailed, adversarial, odd shapes; SR with 64-bit offsets; RHT), against the Rust
+codec on the CPU for a subset, fake-quant == dequantize(quantize), outputs poisoned
+and fully written, GEMM within the FP32-accumulation bound of testing.gemm_bound."""
+
+import numpy as np
+import pytest
+import torch
+
+import fourcast as fc
+from fourcast.kernels import fake_quant as fk
+from fourcast.kernels import gemm as gk
+from fourcast.kernels import ops
+from fourcast.kernels import quantize as qk
+from fourcast.kernels import reference as ref
+from fourcast.kernels import testing
+
+pytestmark = pytest.mark.gpu
+F = testing.FORMATS
+DEV = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _need_cuda():
+    if not torch.cuda.is_available():
+        pytest.fail("tests/gpu needs a CUDA device (deselect with -m 'not gpu' elsewhere)")
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    real_empty = torch.empty
+
+    def poisoned(*a, **k):
+        t = real_empty(*a, **k)
+        if t.numel() and t.is_cuda:
+            t.fill_(0xAB if t.dtype == torch.uint8 else float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", poisoned)
+
+
+def check(x, fmt, **kw):
+    a = qk.quantize(x, fmt, **kw)
+    b = ref.quantize(x, fmt, **kw)
+    assert testing.packed_diff(a, b) == [], (fmt, kw)
+    assert testing.same_float(fk.fake_quant(x, fmt, **kw), ref.dequantize(b, x.dtype))
+    assert testing.same_float(qk.dequantize(a, x.dtype), ref.dequantize(b, x.dtype))
+    return a
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4", "ue5m3-2d", "ufp4", "ufp4-int4", "nvfp4-torchao",
+                                  "mxfp4-rceil", "fp8", "mxfp8"])
+def test_quantize_bit_exact_real_size(name):
+    x = testing.make_input("heavy", (2048, 4096), torch.bfloat16, DEV, seed=1)
+    check(x, F[name], rounding="sr", seed=123, offset=2**33)
+    check(x, F[name], axis=0)
+
+
+@pytest.mark.parametrize("kind", ["ties", "requant", "zeros", "tiny", "huge"])
+def test_quantize_adversarial(kind):
+    for name in ("nvfp4", "mxfp4", "ue5m3"):
+        x = testing.make_input(kind, (512, 1024), torch.float32, DEV, seed=2, fmt=F[name])
+        check(x, F[name])
+
+
+def test_odd_shapes_dtypes_tensor_amax_and_nonfinite():
+    check(testing.make_input("heavy", (3, 7, 160), torch.float16, DEV, seed=3), F["nvfp4"], rounding="sr")
+    check(testing.make_input("heavy", (1000, 96), torch.float32, DEV, seed=3), F["mxfp4"], axis=-1)
+    check(testing.make_input("heavy", (1008, 96), torch.bfloat16, DEV, seed=3), F["ue5m3"], tensor_amax=0.5)
+    a = check(testing.nonfinite_input((256, 256), torch.bfloat16, DEV), F["nvfp4"])
+    assert torch.isnan(a.amax) and int(a.scales.reshape(-1)[0]) == 0x7F
+
+
+@pytest.mark.parametrize("n", [16, 32, 128])
+def test_rht_quantize_bit_exact(n):
+    s = ref.rht_signs(n, "per-layer", 5).to(DEV)
+    x = testing.make_input("heavy", (1024, 2048), torch.bfloat16, DEV, seed=n)
+    check(x, F["ufp4"], axis=0, rht=(n, s), rounding="sr", seed=7)
+    b, rot = qk.quantize_debug(x, F["ufp4"], axis=0, rht=(n, s), rht_impl=1)
+    want = ref.rht_lastdim(ref.to_layout(x, 0), n, s)
+    assert float((rot - want).abs().max()) <= 2**-20 * float(want.abs().max())
+    codes, scales, ts, amax = ref.quantize_layout(rot, ref.parse_fmt(F["ufp4"]))
+    assert torch.equal(b.codes, ref.pack_nibbles(codes)) and torch.equal(b.scales, scales)
+
+
+def test_rowcol_fused_equals_separate():
+    x = testing.make_input("heavy", (2048, 1024), torch.bfloat16, DEV, seed=4)
+    s = ref.rht_signs(16, "te").to(DEV)
+    r, c = qk.quantize_rowcol(x, F["nvfp4"], F["nvfp4"], "rtne", "sr", 9, 0, None, (16, s))
+    assert testing.packed_diff(r, ref.quantize(x, F["nvfp4"], seed=9)) == []
+    want = ref.quantize(x, F["nvfp4"], axis=0, rounding="sr", seed=9, offset=x.numel(), rht=(16, s))
+    assert testing.packed_diff(c, want) == []
+    xr, xc = fk.fake_quant_rowcol(x, F["nvfp4"], rounding="rtne", rounding_c="sr", seed=9, rht_c=(16, s))
+    assert torch.equal(xc, ref.dequantize(want, x.dtype))
+
+
+def test_against_rust_codec():
+    x = testing.make_input("heavy", (256, 512), torch.float32, "cpu", seed=5)
+    for name in ("nvfp4", "mxfp4", "ue5m3-2d", "ufp4", "nvfp4-torchao"):
+        f = F[name]
+        p = qk.quantize(x.to(DEV), f, rounding="sr", seed=3, offset=17)
+        fmt = fc.Format(element=f["element"], scale=f["scale"], rule=f["rule"],
+                        block=(16, 16) if f["tile_2d"] else f["block"])
+        q = fc.quantize(x.numpy(), fmt, rounding="sr", seed=3, offset=17)
+        assert np.array_equal(p.codes.cpu().numpy(), q.codes) and np.array_equal(p.scales.cpu().numpy(), q.scales)
+        assert float(p.tensor_scale) == q.tensor_scale and float(p.amax) == q.amax
+
+
+def test_ops_dispatch_cuda_to_triton():
+    x = testing.make_input("heavy", (256, 512), torch.bfloat16, DEV, seed=6)
+    p = ops.quantize(x, F["nvfp4"])
+    assert p.codes.is_cuda and testing.packed_diff(p, ref.quantize(x, F["nvfp4"])) == []
+    assert torch.equal(ops.fake_quant(x, F["nvfp4"]), ops.dequantize(p, x.dtype))
+
+
+@pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4"), ("ufp4", "ufp4"), ("fp8", "mxfp8")])
+def test_gemm_bound(pair):
+    a = ref.quantize(testing.make_input("heavy", (1024, 2048), torch.bfloat16, DEV, seed=7), F[pair[0]])
+    b = ref.quantize(testing.make_input("random", (768, 2048), torch.bfloat16, DEV, seed=8), F[pair[1]])
+    for out in (torch.bfloat16, torch.float32):
+        c = gk.gemm(a, b, out)
+        c64, bound = testing.gemm_bound(ref.dequantize_layout(a), ref.dequantize_layout(b), out)
+        assert bool(((c.double() - c64).abs() <= bound).all()), pair
+
+
+def test_cpu_tensor_to_kernel_entry_is_refused():
+    from fourcast.errors import KernelInputError
+
+    with pytest.raises(KernelInputError):
+        qk.quantize(torch.randn(16, 64), F["nvfp4"])
