@@ -244,21 +244,6 @@ def _unit_like(ts: Any) -> Any:
     return torch.ones_like(ts) if isinstance(ts, torch.Tensor) else 1.0
 
 
-def _rotate(t: torch.Tensor, n: int, signs: torch.Tensor, axis: int) -> torch.Tensor:
-    """Block RHT of a high-precision operand along `axis` (only used when one operand
-    of a rotated GEMM is not quantized): x -> (x * signs) H_n / sqrt(n) per block."""
-    x = t.float().movedim(axis, -1)
-    shape = x.shape
-    x = (x.reshape(-1, shape[-1] // n, n) * signs.to(x.device, torch.float32)).reshape(-1, n)
-    h = 1
-    while h < n:  # Sylvester butterflies
-        x = x.view(-1, n // (2 * h), 2, h)
-        x = torch.stack([x[:, :, 0] + x[:, :, 1], x[:, :, 0] - x[:, :, 1]], dim=2)
-        h *= 2
-    x = x.reshape(shape) / math.sqrt(n)
-    return x.movedim(-1, axis).to(t.dtype)
-
-
 def _matmul_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b with FP32 accumulation and an FP32 result (bf16 tensor cores on CUDA)."""
     if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
@@ -464,7 +449,9 @@ class QLinear(nn.Linear):
         the fake path returns fake-quantized values)."""
         plan = self._plan(t, key, rht)
         if plan["fmt"] is None:
-            return _Plain(t if rht is None else _rotate(t, rht[0], rht[1], axis))
+            # Not quantized, but its GEMM partner is rotated: rotate it too (exactly
+            # orthogonal in real arithmetic, so the product is unchanged).
+            return _Plain(t if rht is None else _ops().rht(t, rht[0], rht[1], axis=axis))
         if plan["store"]:
             fake_dtype = None  # a refresh step needs the measured amax: quantize for real
         kwargs = {k: plan[k] for k in ("rounding", "seed", "offset", "rht", "tensor_amax")}
