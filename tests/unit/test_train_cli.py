@@ -116,3 +116,10 @@ def test_error_from_the_installed_command_has_no_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("Error: data path not found") and "Traceback" not in proc.stderr
+
+
+def test_project_to_needs_cuda_and_says_so_before_training(text, tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(_train_args(text, out, "--device", "cpu", "--project-to", "b200")) == 2
+    assert "--project-to needs a CUDA run" in capsys.readouterr().err
+    assert not out.exists()  # nothing was trained

@@ -32,12 +32,17 @@ def train(
     profile_steps: int = typer.Option(0, "--profile-steps", help="Profile this many sampled steps into profile.json."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    project_to: Optional[str] = typer.Option(None, "--project-to", help="After training, project the run onto these GPUs (e.g. b200,mi355x); needs CUDA, implies --profile-steps 3."),
+    native: str = typer.Option("", "--native", help="With --project-to: what-if native features (e.g. ue5m3,e1m2)."),
 ) -> None:
     """Train a language model with a recipe; writes a self-describing run folder."""
     import fourcast as fc
     from fourcast.recipes import parse_sets
     from fourcast.train.config import DataConfig, RunConfig, TrainConfig, apply_sets, model_config
 
+    if project_to:
+        _check_projectable(device)
+        profile_steps = profile_steps or 3
     pairs = parse_sets(sets)
     recipe_sets = {k: v for k, v in pairs.items() if k.split(".")[0] not in ("train", "model", "data")}
     other_sets = {k: v for k, v in pairs.items() if k not in recipe_sets}
@@ -75,6 +80,13 @@ def train(
     summary = run_training(cfg, out, resume=resume, log=lambda s: typer.echo(s, err=True))
     if not summary:
         return  # ranks other than 0 under torchrun
+    if project_to:
+        from fourcast import project
+
+        rep = project.project(out, project_to.split(","), [n for n in native.split(",") if n])
+        paths = project.write_report(rep, out)
+        summary["projection"] = rep.to_dict()["targets"]
+        typer.echo(f"projection: {paths['md']}", err=True)
     if json_out:
         emit_json(summary)
         return
@@ -90,6 +102,19 @@ def train(
         ["run folder", out],
     ]
     emit_table("fourcast train", ["", "value"], rows)
+
+
+def _check_projectable(device: str) -> None:
+    """--project-to needs a CUDA profile: say so before training, not after."""
+    from fourcast.errors import TrainError
+
+    if device.startswith("cpu"):
+        raise TrainError("--project-to needs a CUDA run (profiles are CUDA-event timings); drop --device cpu")
+    if device == "auto":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TrainError("--project-to needs a CUDA run and no CUDA device is visible; train on a GPU or drop --project-to")
 
 
 def compare(
