@@ -50,16 +50,9 @@ fn default_seq() -> u32 {
     4096
 }
 
-fn dense(
-    name: &str,
-    layers: u32,
-    hidden: u32,
-    heads: u32,
-    kv_heads: u32,
-    ffn: u32,
-    vocab: u32,
-    seq_len: u32,
-) -> ModelSpec {
+/// A dense, gated (SwiGLU) model: [layers, hidden, heads, kv_heads, ffn, vocab, seq_len].
+fn dense(name: &str, dims: [u32; 7]) -> ModelSpec {
+    let [layers, hidden, heads, kv_heads, ffn, vocab, seq_len] = dims;
     ModelSpec {
         name: name.into(),
         layers,
@@ -81,20 +74,20 @@ fn dense(
 impl ModelSpec {
     pub fn preset(name: &str) -> Result<ModelSpec> {
         Ok(match name {
-            "llama3-8b" => dense(name, 32, 4096, 32, 8, 14336, 128256, 8192),
-            "llama3-70b" => dense(name, 80, 8192, 64, 8, 28672, 128256, 8192),
-            "llama3.1-405b" => dense(name, 126, 16384, 128, 8, 53248, 128256, 8192),
+            "llama3-8b" => dense(name, [32, 4096, 32, 8, 14336, 128256, 8192]),
+            "llama3-70b" => dense(name, [80, 8192, 64, 8, 28672, 128256, 8192]),
+            "llama3.1-405b" => dense(name, [126, 16384, 128, 8, 53248, 128256, 8192]),
             "gpt-1.5b" => ModelSpec {
                 gated: false,
                 tied_embeddings: true,
-                ..dense(name, 48, 1600, 25, 25, 6400, 50304, 1024)
+                ..dense(name, [48, 1600, 25, 25, 6400, 50304, 1024])
             },
             // OLMoE-like: 64 experts, top-8, about 8.1B parameters in total, 1.4B active.
             "moe-8b" => ModelSpec {
                 experts: 64,
                 top_k: 8,
                 expert_ffn: 1216,
-                ..dense(name, 16, 2048, 16, 16, 0, 50304, 4096)
+                ..dense(name, [16, 2048, 16, 16, 0, 50304, 4096])
             },
             _ => return Err(Error::unknown(Domain::Config, "model", name, &MODELS)),
         })

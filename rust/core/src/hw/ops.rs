@@ -85,6 +85,8 @@ pub struct QuantOutSpec {
     pub container: Option<String>,
 }
 
+// Ops are parsed once and costed once; the size difference between variants is harmless.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
@@ -399,7 +401,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             };
             if [s.batch, s.seq, s.heads, s.kv_heads, s.head_dim]
                 .iter()
-                .any(|v| !(*v >= 1.0))
+                .any(|v| v.is_nan() || *v < 1.0)
             {
                 return Err(Error::Shape(
                     "attention needs batch, seq, heads, kv_heads, head_dim >= 1".into(),
