@@ -226,7 +226,7 @@ def op_time(hw: "str | Hardware", op: Mapping[str, Any], native: "str | Iterable
     - memory: read_bytes, write_bytes, [ops], [exps], [launches]
     - copy: bytes (read once, written once)
     - quantize: numel, outputs=[{format, [rht], [sr], [transposed_copy], [container]}], [refresh], [src_bytes]
-    - attention: batch, seq, heads, kv_heads, head_dim, [causal], [backward]
+    - attention: batch, seq, heads, kv_heads, head_dim, [causal], [backward], [precision: bf16|fp8]
 
     >>> op_time("h200", {"op": "copy", "bytes": 2**31}).bound
     'memory'

@@ -1,11 +1,14 @@
-//! Flash attention: matmul FLOPs at the BF16 rate (times a fitted efficiency) overlapped
+//! Flash attention: matmul FLOPs at the BF16 (or FP8) rate times an efficiency, overlapped
 //! with the softmax exponentials on the SFUs; whichever is slower sets the time. The
 //! backward pass does 2.5x the forward matmuls and recomputes the exponentials.
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Domain, Error, Result};
+
 use super::gemm::Bound;
-use super::machine::Hw;
+use super::machine::{Class, Hw};
+use super::operand::Elem;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -18,6 +21,9 @@ pub struct AttnShape {
     pub head_dim: f64,
     #[serde(default = "yes")]
     pub causal: bool,
+    /// Matmuls at the FP8 rate (FlashAttention-3 style) instead of BF16.
+    #[serde(default)]
+    pub fp8: bool,
 }
 
 fn yes() -> bool {
@@ -49,9 +55,28 @@ impl AttnShape {
     }
 }
 
+/// The dense FP8 (E4M3) rate, if the GPU has one.
+pub fn fp8_peak(hw: &Hw) -> Option<f64> {
+    hw.kinds
+        .iter()
+        .filter(|k| k.class == Class::Fp8 && k.accepts(Elem::E4m3) && !k.hypothetical)
+        .map(|k| k.flops)
+        .reduce(f64::max)
+}
+
 /// (forward seconds, backward seconds, what bounds the forward)
-pub fn attention_time(hw: &Hw, s: &AttnShape) -> (f64, f64, Bound) {
-    let rate = hw.bf16_peak() * hw.eff.attention;
+pub fn attention_time(hw: &Hw, s: &AttnShape) -> Result<(f64, f64, Bound)> {
+    let peak = if s.fp8 {
+        fp8_peak(hw).ok_or_else(|| {
+            Error::invalid(
+                Domain::Hardware,
+                format!("{} has no FP8 MMA for fp8 attention", hw.name),
+            )
+        })?
+    } else {
+        hw.bf16_peak()
+    };
+    let rate = peak * hw.eff.attention;
     let bw = hw.hbm_bps * hw.eff.mem;
     let t = |flops: f64, exps: f64, bytes: f64| -> (f64, Bound) {
         let (mma, sfu, mem) = (flops / rate, exps / hw.sfu, bytes / bw);
@@ -66,5 +91,5 @@ pub fn attention_time(hw: &Hw, s: &AttnShape) -> (f64, f64, Bound) {
     };
     let (fwd, bound) = t(s.fwd_flops(), s.exps(), s.io_bytes());
     let (bwd, _) = t(2.5 * s.fwd_flops(), s.exps(), 2.5 * s.io_bytes());
-    (fwd, bwd, bound)
+    Ok((fwd, bwd, bound))
 }

@@ -81,7 +81,12 @@ fn fits_scale(op: &Operand, container: Elem, mode: Mode) -> Option<Conv> {
         (ScaleFmt::Ue5m3, Mode::Block(ScaleFmt::E4m3, mb)) if op.block % mb == 0 => {
             Some(Conv::ScaleToE4m3)
         }
-        (ScaleFmt::Ue8m0, Mode::NoBlock) if container.bits() == 8 => Some(Conv::FoldPow2),
+        // Folding 2^e into FP8 elements is exact only for narrow 4-bit grids (E2M1 spans
+        // about 4 binades, leaving E4M3 room for the block exponents); an MXFP8 block already
+        // spans E4M3's range, so it cannot be folded.
+        (ScaleFmt::Ue8m0, Mode::NoBlock) if container.bits() == 8 && op.elem.bits() == 4 => {
+            Some(Conv::FoldPow2)
+        }
         _ => None,
     }
 }

@@ -140,6 +140,9 @@ pub enum Op {
         /// Forward and backward (else forward only).
         #[serde(default)]
         backward: bool,
+        /// "bf16" (default) or "fp8" matmuls.
+        #[serde(default)]
+        precision: Option<String>,
     },
 }
 
@@ -390,7 +393,20 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             head_dim,
             causal,
             backward,
+            precision,
         } => {
+            let fp8 = match precision.as_deref() {
+                None | Some("bf16") => false,
+                Some("fp8") => true,
+                Some(other) => {
+                    return Err(Error::unknown(
+                        Domain::Format,
+                        "attention precision",
+                        other,
+                        &["bf16", "fp8"],
+                    ))
+                }
+            };
             let s = AttnShape {
                 batch: *batch,
                 seq: *seq,
@@ -398,6 +414,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 kv_heads: *kv_heads,
                 head_dim: *head_dim,
                 causal: *causal,
+                fp8,
             };
             if [s.batch, s.seq, s.heads, s.kv_heads, s.head_dim]
                 .iter()
@@ -407,7 +424,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                     "attention needs batch, seq, heads, kv_heads, head_dim >= 1".into(),
                 ));
             }
-            let (f, bw, bound) = attention_time(hw, &s);
+            let (f, bw, bound) = attention_time(hw, &s)?;
             detail.insert("fwd_s", f);
             if *backward {
                 detail.insert("bwd_s", bw);

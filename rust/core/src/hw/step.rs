@@ -462,8 +462,9 @@ pub fn step(hw: &Hw, model: &ModelSpec, recipe: &Recipe, cfg: &StepConfig) -> Re
         kv_heads: model.kv_heads as f64,
         head_dim: model.head_dim() as f64,
         causal: true,
+        fp8: false,
     };
-    let (af, ab, _) = attention_time(hw, &attn);
+    let (af, ab, _) = attention_time(hw, &attn)?;
     b[2] = (af + ab) * layers * mb;
     bwd_s += ab * layers * mb;
 

@@ -442,6 +442,15 @@ fn ops_cover_each_class() {
     assert!(q.detail["rht_s"] > 0.0 && q.detail["sr_s"] > 0.0 && q.detail["amax_s"] > 0.0);
     let a = op_time(&h, &parse_op(r#"{"op": "attention", "batch": 2, "seq": 8192, "heads": 32, "kv_heads": 8, "head_dim": 128, "backward": true}"#).unwrap()).unwrap();
     assert!(a.detail["bwd_s"] > a.detail["fwd_s"]);
+    let f8 = op_time(&h, &parse_op(r#"{"op": "attention", "batch": 2, "seq": 8192, "heads": 32, "kv_heads": 8, "head_dim": 128, "precision": "fp8"}"#).unwrap()).unwrap();
+    assert!(f8.time_s < a.detail["fwd_s"]);
+    let mi = hw("mi355x");
+    let bf = op_time(&mi, &parse_op(r#"{"op": "attention", "batch": 1, "seq": 4096, "heads": 8, "kv_heads": 8, "head_dim": 128, "precision": "fp4"}"#).unwrap());
+    assert!(bf.is_err());
+    // MXFP8 cannot fold its scales into FP8 on Hopper (its block spans E4M3's range): emulated.
+    let mx8 = Operand::named("mxfp8").unwrap();
+    let p = choose(&h, &Shape::new(4096, 4096, 4096), &mx8, &mx8, 2.0);
+    assert_eq!(p.a.conv, Conv::Dequant);
     assert!(parse_op(r#"{"op": "fft"}"#).is_err());
     assert!(gemm(
         &h,
