@@ -231,7 +231,8 @@ def _markdown(data: dict) -> str:
         "quantized (weights exact); with an RHT the layer sees Q(yH)H^T (fresh signs per layer). b_l and g_l "
         "are the bias and gain of layer l's input quantization; the measured gain, norm ratio and cosine compare "
         "the quantized path's output with the exact path's. The last column is the per-layer rate of a "
-        "geometric fit to the measured gain.",
+        "geometric fit to the measured gain. INT4 rows equal E1M2's, so in `bias-depth.png` the INT4 curves "
+        "are drawn over the E1M2 ones.",
         "",
         _depth_table(data),
         "## Real training tensors: pending the H200 run",
@@ -271,6 +272,16 @@ def _saturation(shape: list[int]) -> dict:
     return out
 
 
+def _sr_reseed(data: dict, seeds: int = 12) -> dict:
+    """The mx-rceil SR row farthest from 0, re-measured with `seeds` SR seeds: is it noise?"""
+    rows = [r for r in data["study"]["rows"] if r["format"].endswith("/mx-rceil") and r["rounding"] == "sr"]
+    worst = max(rows, key=lambda r: abs(r["bias"]))
+    x = fb.synthetic(worst["dist"], data["study"]["shape"], data["study"]["seed"])
+    vals = [fb.measure(x, worst["format"], rounding="sr", rht=worst["rht"], seed=s).bias for s in range(seeds)]
+    return {"dist": worst["dist"], "format": worst["format"], "rht": worst["rht"], "bias": worst["bias"],
+            "mean": float(np.mean(vals)), "se": float(np.std(vals, ddof=1) / np.sqrt(seeds)), "seeds": seeds}
+
+
 def _verdict(data: dict) -> list[str]:
     """The claims, each with the measured numbers and the condition its wording rests on;
     when a re-run breaks a condition the paragraph says so instead of keeping stale words."""
@@ -303,7 +314,9 @@ def _verdict(data: dict) -> list[str]:
     sr_rceil = [b(g, "mx-rceil", "sr", n, d) for g in GRIDS for n in RHTS for d in DISTS]
     e2_rceil = [b("e2m1", "mx-rceil", "rtne", n, d) for n in RHTS for d in DISTS]
     u_rceil = [b("e1m2", "mx-rceil", "rtne", n, d) for n in rhts_on for d in DISTS]
-    c1 = max(e2_all) < 0 and max(sr_nv) < 0 and max(abs(v) for v in sr_rceil) < 0.1 and max(e2_rceil) < -0.2
+    rs = _sr_reseed(data)
+    c1 = (max(e2_all) < 0 and max(sr_nv) < 0 and abs(float(np.mean(sr_rceil))) < 0.03
+          and abs(rs["mean"]) < 3 * 100 * rs["se"] + 1e-9 and max(e2_rceil) < -0.2)
     out = [
         f"**1. E2M1 with RTNE shrinks: supported.** Every E2M1 RTNE measurement is negative: {rng(e2_nv)} % "
         f"with the nv rule ({len(e2_nv)} tensors: 9 distributions x 4 RHT settings), {rng(e2_all)} % over all "
@@ -311,7 +324,10 @@ def _verdict(data: dict) -> list[str]:
         f"(a) Block-scale saturation, common to every grid and rounding: the TE rule rounds the block scale "
         f"to E4M3, and when it rounds down the block's largest element is clipped. SR, which is otherwise "
         f"unbiased, shows it alone: {rng(sr_nv)} % under nv for all grids, but {rng(sr_rceil, '{:+.3f}')} % "
-        f"under mx-rceil, which never saturates (the unit test that gives every block the tensor amax finds "
+        f"(mean {float(np.mean(sr_rceil)):+.3f} % over {len(sr_rceil)} tensors) under mx-rceil, which never "
+        f"saturates; its farthest row ({rs['dist']} {rs['format']} RHT {rs['rht']}, {100 * rs['bias']:+.3f} %) "
+        f"re-measured with {rs['seeds']} SR seeds averages {100 * rs['mean']:+.3f} +- {100 * rs['se']:.3f} %, "
+        f"i.e. noise (the unit test that gives every block the tensor amax finds "
         f"SR's bias within noise of 0). Measured directly on the Gaussian tensor: "
         f"{100 * sat['e2m1']['blocks_clipped']:.0f} % of E2M1 blocks have their amax clipped, losing "
         f"{sat['e2m1']['loss_pct']:+.3f} % of sum|x| (E1M2: {100 * sat['e1m2']['blocks_clipped']:.0f} %, "
@@ -354,6 +370,10 @@ def _verdict(data: dict) -> list[str]:
     r_g0, r_g128 = gain("e2m1", "nv", "rtne", 0, "relu"), gain("e2m1", "nv", "rtne", 128, "relu")
     c3 = (abs(g_b128 - g_b0) < 0.05 and all(b128 > b0 and g128 < g0 for _, b0, b128, g0, g128 in heavy)
           and r_b128 < r_b0 and r_g128 < r_g0)
+    def top(d, n):  # share of E2M1 elements on the wide top buckets |q| in {2, 3, 4, 6}
+        return 100 * sum(_one(data, dist=d, format="e2m1/nv", rounding="rtne", rht=n)["level_fraction"][4:])
+
+    top_txt = ", ".join(f"{d} {top(d, 0):.0f} -> {top(d, 128):.0f} %" for d in HEAVY)
     heavy_txt = "; ".join(f"{d} {b0:+.2f} -> {b128:+.2f} %, gain {g0:.4f} -> {g128:.4f}" for d, b0, b128, g0, g128 in heavy)
     out += [
         f"**3. RHT amplifies E2M1's bias: depends on the input, and on which measure.** An RHT makes any block "
@@ -361,10 +381,13 @@ def _verdict(data: dict) -> list[str]:
         f"{b('e2m1', 'nv', 'rtne', 128, 'gaussian'):+.2f} %, gain {gain('e2m1', 'nv', 'rtne', 128, 'gaussian'):.4f}). "
         f"On Gaussian input it changes nothing ({g_b0:+.3f} -> {g_b128:+.3f} % at RHT-128). On heavy-tailed "
         f"and outlier inputs it makes the signed bias smaller but the x^2-weighted shrinkage larger (RHT 0 -> "
-        f"128: {heavy_txt}). On sparse ReLU-like input (half exact zeros, which quantize exactly) it amplifies "
+        f"128: {heavy_txt}): it moves elements out of E2M1's fine low buckets into its wide top buckets, where "
+        f"RTNE on a falling density rounds down more often than up (share on |q| >= 2: {top_txt}; Gaussian "
+        f"{top('gaussian', 0):.0f} %). On sparse ReLU-like input (half exact zeros, which quantize exactly) it amplifies "
         f"both: {r_b0:+.2f} -> {r_b128:+.2f} %, gain {r_g0:.4f} -> {r_g128:.4f}; the ReLU MLP depth stack shows "
         f"the same ({mlp_e2_0['gain'][-1]:.3f} -> {mlp_e2_128['gain'][-1]:.3f} at layer {L}). So the claim holds "
-        f"for the gain on non-Gaussian inputs, which real activations and gradients are, and not for the "
+        f"for the gain on non-Gaussian inputs (real activations and gradients usually are; the captured "
+        f"tensors will tell), and not for the "
         f"signed bias on heavy-tailed inputs.{check(c3)}",
         "",
     ]

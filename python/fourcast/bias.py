@@ -802,7 +802,7 @@ def plot_histograms(result: StudyResult, path: str | pathlib.Path, rounding: str
             ax.tick_params(labelsize=6)
     axes[0][0].legend(fontsize=6)
     fig.suptitle(f"bucket utilisation (fraction of elements per |level|, {rounding})", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
     out = pathlib.Path(path)
     fig.savefig(out, dpi=130)
     plt.close(fig)
