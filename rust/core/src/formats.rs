@@ -66,6 +66,22 @@ impl MiniFloat {
         code.clamp(0, self.max_code as i64) as u32
     }
 
+    /// RTNE magnitude code of a finite, non-negative `a`: a bit-level fast path for
+    /// the normal range (round the f32 significand to `mbits` with one add), the
+    /// integer path of [`encode_mag`](Self::encode_mag) for everything else.
+    #[inline]
+    pub fn encode_rtne(&self, a: f32) -> u32 {
+        let bits = a.to_bits() & 0x7fff_ffff;
+        let field = (bits >> 23) as i32;
+        if field - 127 >= 1 - self.bias && field < 0xff {
+            let shift = 23 - self.mbits;
+            let r = bits + ((1 << (shift - 1)) - 1) + ((bits >> shift) & 1);
+            let code = (r >> shift) as i64 - (((127 - self.bias) as i64) << self.mbits);
+            return code.min(self.max_code as i64) as u32;
+        }
+        self.encode_mag(a, Rounding::Rtne, 0.0)
+    }
+
     /// Value of a magnitude code (exact in f32 for every format here).
     #[inline]
     pub fn decode_mag(&self, code: u32) -> f32 {
@@ -182,7 +198,11 @@ impl Element {
     /// 4-bit code of `y` (already scaled and clamped to +-gmax).
     #[inline]
     pub fn encode(self, y: f32, mode: Rounding, u: f32) -> u8 {
-        let mag = self.grid().encode_mag(y, mode, u) as u8;
+        let mag = if mode == Rounding::Rtne {
+            self.rtne_mag(y.abs())
+        } else {
+            self.grid().encode_mag(y, mode, u) as u8
+        };
         let neg = y.to_bits() >> 31 == 1;
         match self {
             Element::Int4 => {
@@ -193,6 +213,19 @@ impl Element {
                 }
             }
             _ => mag | ((neg as u8) << 3),
+        }
+    }
+
+    /// RTNE magnitude code of `a` in [0, gmax], branch-free: comparisons against the
+    /// E2M1 midpoints (strict where the lower neighbour is even, so ties go to the
+    /// even code), or the 2^23 add/subtract (IEEE RTNE to an integer) on the uniform
+    /// grids. Equal to `grid().encode_mag(a, Rtne, _)` (tested exhaustively on ranges).
+    #[inline]
+    pub fn rtne_mag(self, a: f32) -> u8 {
+        match self {
+            Element::E2M1 => e2m1_rtne_mag(a),
+            Element::E1M2 => uniform_rtne_mag(a * 4.0),
+            Element::Int4 | Element::Int4Sm => uniform_rtne_mag(a),
         }
     }
 
@@ -221,6 +254,27 @@ impl Element {
         }
         t
     }
+}
+
+/// E2M1 RTNE magnitude code of `a` in [0, 6]: one comparison per midpoint, strict
+/// where the lower neighbour's code is even so that ties go to the even code.
+#[inline(always)]
+pub fn e2m1_rtne_mag(a: f32) -> u8 {
+    (a > 0.25) as u8
+        + (a >= 0.75) as u8
+        + (a > 1.25) as u8
+        + (a >= 1.75) as u8
+        + (a > 2.5) as u8
+        + (a >= 3.5) as u8
+        + (a > 5.0) as u8
+}
+
+/// Nearest integer to `a` in [0, 2^22], ties to even: adding and subtracting 2^23
+/// rounds in the IEEE default mode.
+#[inline(always)]
+pub fn uniform_rtne_mag(a: f32) -> u8 {
+    const MAGIC: f32 = 8_388_608.0; // 2^23
+    ((a + MAGIC) - MAGIC) as i32 as u8
 }
 
 /// Block-scale formats.
@@ -587,6 +641,50 @@ mod tests {
             assert_eq!(r(x), c, "x={x}");
         }
         assert_eq!(Element::E2M1.encode(0.25, Rounding::Away, 0.0), 1);
+    }
+
+    #[test]
+    fn rtne_fast_path_equals_the_generic_rounding() {
+        // Every 97th f32 pattern in [0, 8), plus the patterns at and next to midpoints.
+        let top = 8.0f32.to_bits();
+        let mut bits: Vec<u32> = (0..top).step_by(97).collect();
+        for m in [
+            0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 0.125, 0.375, 0.625, 0.875, 1.125, 1.375,
+            1.625, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5,
+        ] {
+            let b = m.to_bits();
+            bits.extend([b - 1, b, b + 1]);
+        }
+        for el in [Element::E2M1, Element::E1M2, Element::Int4Sm, Element::Int4] {
+            let g = el.gmax();
+            for &b in &bits {
+                let a = f32::from_bits(b).min(g);
+                let generic = el.grid().encode_mag(a, Rounding::Rtne, 0.0) as u8;
+                assert_eq!(el.rtne_mag(a), generic, "{el:?} {a}");
+            }
+        }
+    }
+
+    #[test]
+    fn rtne_fast_path_of_scale_formats() {
+        for f in [&E4M3, &UE4M3, &UE5M3, &UE5M3_FINITE_FF, &E5M2, &E2M3, &E3M2] {
+            let top = (f.max_value() * 4.0).to_bits();
+            let mut bits: Vec<u32> = (0..top).step_by(1009).collect();
+            for c in 0..f.max_code {
+                let mid = (f.decode_mag(c) + f.decode_mag(c + 1)) / 2.0; // exact in f32
+                let m = mid.to_bits();
+                bits.extend([m - 1, m, m + 1, f.decode_mag(c).to_bits()]);
+            }
+            bits.push(f.max_value().to_bits() + 1);
+            for b in bits {
+                let a = f32::from_bits(b);
+                assert_eq!(
+                    f.encode_rtne(a),
+                    f.encode_mag(a, Rounding::Rtne, 0.0),
+                    "{f:?} {a}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -230,15 +230,12 @@ pub struct Quantized {
     pub scale_cols: usize,
 }
 
-/// Per-tensor constants of a rule.
-#[derive(Clone, Copy)]
+/// Per-tensor constants of a rule, and the element multiplier of every scale byte.
 struct Tensor {
     /// Stored tensor_scale (S_enc for te, 1/per_tensor_scale for torchao, 1 for MX).
     tensor_scale: f32,
     /// te: S_enc * f32(1/gmax); torchao: per_tensor_scale.
     k: f32,
-    /// te: 1/S_enc.
-    s_dec: f32,
     gmax: f32,
     r_gmax: f32,
     emax: i32,
@@ -246,6 +243,9 @@ struct Tensor {
     scale_min_normal: f32,
     scale_max_value: f32,
     rule: Rule,
+    /// Element multiplier for each scale byte (depends only on the byte and tensor):
+    /// MX 2^(127 - byte); te min(1 / (f32(s) * (1/S_enc)), FLT_MAX); torchao (1/pts) / f32(s).
+    mult: [f32; 256],
 }
 
 impl Tensor {
@@ -256,7 +256,6 @@ impl Tensor {
         let mut t = Tensor {
             tensor_scale: 1.0,
             k: 0.0,
-            s_dec: 1.0,
             gmax,
             r_gmax,
             emax: fmt.element.emax(),
@@ -264,9 +263,19 @@ impl Tensor {
             scale_min_normal: fmt.scale.minifloat().map_or(0.0, |m| m.min_normal()),
             scale_max_value: fmt.scale.max_value(),
             rule: fmt.rule,
+            mult: [0.0; 256],
+        };
+        let sval = |b: usize| {
+            fmt.scale
+                .minifloat()
+                .map_or(0.0, |m| m.decode_mag(b as u32))
         };
         match fmt.rule {
-            Rule::Floor | Rule::Rceil => {}
+            Rule::Floor | Rule::Rceil => {
+                for (b, m) in t.mult.iter_mut().enumerate().take(255) {
+                    *m = pow2(127 - b as i32);
+                }
+            }
             Rule::Te => {
                 let mut s_enc = (smax_g / amax).min(f32::MAX);
                 if amax == 0.0 || s_enc == 0.0 {
@@ -274,7 +283,10 @@ impl Tensor {
                 }
                 t.tensor_scale = s_enc;
                 t.k = s_enc * r_gmax;
-                t.s_dec = 1.0 / s_enc;
+                let s_dec = 1.0 / s_enc;
+                for (b, m) in t.mult.iter_mut().enumerate() {
+                    *m = (1.0 / (sval(b) * s_dec)).min(f32::MAX);
+                }
             }
             Rule::Torchao => {
                 // torchao: per_tensor_scale = amax / (448 * 6). Where torchao divides by
@@ -286,40 +298,35 @@ impl Tensor {
                 }
                 t.k = pts;
                 t.tensor_scale = 1.0 / pts;
+                for (b, m) in t.mult.iter_mut().enumerate() {
+                    *m = t.tensor_scale / sval(b);
+                }
             }
         }
         t
     }
 
     /// (scale byte, element multiplier) of a block with amax `bamax`.
-    #[inline]
+    #[inline(always)]
     fn block(&self, bamax: f32) -> (u8, f32) {
-        match self.rule {
+        let byte = match self.rule {
             Rule::Floor => {
                 let fl = ((bamax.to_bits() >> 23) & 0xff) as i32 - 127;
-                let e = (fl - self.emax).clamp(-127, 127);
-                ((e + 127) as u8, pow2(-e))
+                ((fl - self.emax).clamp(-127, 127) + 127) as u8
             }
-            Rule::Rceil => {
-                let byte = e8m0_ceil(bamax * self.r_gmax);
-                (byte, pow2(127 - byte as i32))
-            }
+            Rule::Rceil => e8m0_ceil(bamax * self.r_gmax),
             Rule::Te => {
                 let mf = self.scale_mf.expect("two-level scale");
-                let v = (bamax * self.k).min(f32::MAX);
-                let byte = mf.encode_mag(v, Rounding::Rtne, 0.0) as u8;
-                let s = mf.decode_mag(byte as u32);
-                (byte, (1.0 / (s * self.s_dec)).min(f32::MAX))
+                mf.encode_rtne((bamax * self.k).min(f32::MAX)) as u8
             }
             Rule::Torchao => {
                 let mf = self.scale_mf.expect("two-level scale");
                 let bs = bamax / self.gmax;
                 let v = (bs / self.k).clamp(self.scale_min_normal, self.scale_max_value);
-                let byte = mf.encode_mag(v, Rounding::Rtne, 0.0) as u8;
-                let s = mf.decode_mag(byte as u32);
-                (byte, self.tensor_scale / s)
+                mf.encode_rtne(v) as u8
             }
-        }
+        };
+        (byte, self.mult[byte as usize])
     }
 }
 
@@ -335,6 +342,14 @@ pub fn e8m0_ceil(d: f32) -> u8 {
         return (man > 0x40_0000) as u8;
     }
     (field + (man != 0) as u32).min(254) as u8
+}
+
+/// Bits of the largest |x| of a block: a max over the magnitude bits (same order as
+/// the values for non-negative floats, NaN/Inf above every finite value), which vectorises.
+#[inline]
+fn block_amax_bits(xb: &[f32]) -> u32 {
+    xb.iter()
+        .fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff))
 }
 
 /// Largest |x| and the non-finite count / first index, in one parallel pass.
@@ -390,110 +405,229 @@ fn check_shape(fmt: &Format, rows: usize, cols: usize, axis: Axis) -> Result<()>
     Ok(())
 }
 
-#[inline]
-fn encode_pair(
-    el: Element,
-    t: &Tensor,
-    a: f32,
-    b: f32,
+/// Codes of a run of N elements with RTNE, written so the loop vectorises (fixed N,
+/// branch-free): `mag` maps |y| (already clamped to gmax) to the magnitude code;
+/// `twos` selects two's complement (INT4).
+#[inline(always)]
+fn rtne_codes<const N: usize, F: Fn(f32) -> u32>(
+    xs: &[f32; N],
     mult: f32,
-    rnd: Rounding,
-    u: (f32, f32),
-) -> u8 {
-    let g = t.gmax;
-    let ca = el.encode((a * mult).clamp(-g, g), rnd, u.0);
-    let cb = el.encode((b * mult).clamp(-g, g), rnd, u.1);
-    ca | (cb << 4)
-}
-
-#[inline]
-fn uniforms(opts: &Options, idx: usize) -> (f32, f32) {
-    if opts.rounding == Rounding::Sr {
-        let o = opts.offset.wrapping_add(idx as u64);
-        (
-            rng::rand(opts.seed, o),
-            rng::rand(opts.seed, o.wrapping_add(1)),
-        )
-    } else {
-        (0.0, 0.0)
+    g: f32,
+    twos: bool,
+    mag: F,
+    out: &mut [u8],
+) {
+    // 32-bit lanes throughout (narrowing only at the final pack) keep this SIMD-friendly.
+    let mut c = [0u32; N];
+    for j in 0..N {
+        let bits = (xs[j] * mult).to_bits();
+        let a = f32::from_bits(bits & 0x7fff_ffff);
+        let m = mag(if a > g { g } else { a });
+        let neg = bits >> 31;
+        c[j] = if twos {
+            (m ^ 0u32.wrapping_sub(neg)).wrapping_add(neg) & 0xf
+        } else {
+            m | (neg << 3)
+        };
+    }
+    let out = &mut out[..N / 2];
+    for j in 0..N / 2 {
+        out[j] = (c[2 * j] | (c[2 * j + 1] << 4)) as u8;
     }
 }
 
+/// 32-bit-lane versions of the element RTNE maps (same results, see formats.rs).
+#[inline(always)]
+fn e2m1_rtne_mag32(a: f32) -> u32 {
+    (a > 0.25) as u32
+        + (a >= 0.75) as u32
+        + (a > 1.25) as u32
+        + (a >= 1.75) as u32
+        + (a > 2.5) as u32
+        + (a >= 3.5) as u32
+        + (a > 5.0) as u32
+}
+
+#[inline(always)]
+fn uniform_rtne_mag32(a: f32) -> u32 {
+    // a in [0, 7]: a + 2^23 rounds to an integer (ties to even) held in the low bits.
+    (a + 8_388_608.0).to_bits() & 0xf
+}
+
+#[inline(always)]
+fn rtne_fixed<const N: usize>(el: Element, g: f32, xs: &[f32; N], mult: f32, out: &mut [u8]) {
+    match el {
+        Element::E2M1 => rtne_codes(xs, mult, g, false, e2m1_rtne_mag32, out),
+        Element::E1M2 => rtne_codes(xs, mult, g, false, |a| uniform_rtne_mag32(a * 4.0), out),
+        Element::Int4Sm => rtne_codes(xs, mult, g, false, uniform_rtne_mag32, out),
+        Element::Int4 => rtne_codes(xs, mult, g, true, uniform_rtne_mag32, out),
+    }
+}
+
+#[inline(always)]
+fn rtne_run(el: Element, g: f32, xs: &[f32], mult: f32, out: &mut [u8]) {
+    if let Ok(x16) = <&[f32; 16]>::try_from(xs) {
+        rtne_fixed(el, g, x16, mult, out)
+    } else if let Ok(x32) = <&[f32; 32]>::try_from(xs) {
+        rtne_fixed(el, g, x32, mult, out)
+    } else {
+        for (o, p) in out.iter_mut().zip(xs.chunks_exact(2)) {
+            let pair: &[f32; 2] = p.try_into().expect("pairs");
+            rtne_fixed(el, g, pair, mult, std::slice::from_mut(o));
+        }
+    }
+}
+
+/// Encode one run of elements (a block, or a tile row) into packed bytes; `idx` is
+/// the run's first element index (SR offsets).
+#[inline(always)]
+fn encode_run(
+    el: Element,
+    t: &Tensor,
+    xs: &[f32],
+    mult: f32,
+    opts: &Options,
+    idx: usize,
+    out: &mut [u8],
+) {
+    if opts.rounding == Rounding::Rtne {
+        return rtne_run(el, t.gmax, xs, mult, out);
+    }
+    let mut u = [0f32; 32];
+    let u = &mut u[..xs.len()];
+    if opts.rounding == Rounding::Sr {
+        rng::rand_run(opts.seed, opts.offset.wrapping_add(idx as u64), u);
+    }
+    let g = t.gmax;
+    for (j, o) in out.iter_mut().enumerate() {
+        let (i0, i1) = (2 * j, 2 * j + 1);
+        let ca = el.encode((xs[i0] * mult).clamp(-g, g), opts.rounding, u[i0]);
+        let cb = el.encode((xs[i1] * mult).clamp(-g, g), opts.rounding, u[i1]);
+        *o = ca | (cb << 4);
+    }
+}
+
+/// Bits of the largest |x| seen (>= 0x7f80_0000 means a NaN/Inf was there).
+type MaxBits = u32;
+
 fn quantize_rows(
     x: &[f32],
-    fmt: &Format,
     t: &Tensor,
+    el: Element,
     opts: &Options,
     b: usize,
-) -> (Vec<u8>, Vec<u8>) {
+) -> (Vec<u8>, Vec<u8>, MaxBits) {
     let n = x.len();
     let mut codes = vec![0u8; n / 2];
     let mut scales = vec![0u8; n / b];
-    let per_task = (1 << 15) / b;
-    let el = fmt.element;
-    codes
+    let per_task = (1 << 14) / b;
+    let seen = codes
         .par_chunks_mut(per_task * b / 2)
         .zip(scales.par_chunks_mut(per_task))
         .zip(x.par_chunks(per_task * b))
         .enumerate()
-        .for_each(|(task, ((c, s), xs))| {
-            for (k, xb) in xs.chunks(b).enumerate() {
-                let bamax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-                let (byte, mult) = t.block(bamax);
-                s[k] = byte;
-                let base = (task * per_task + k) * b;
-                let cb = &mut c[k * b / 2..(k + 1) * b / 2];
-                for (j, out) in cb.iter_mut().enumerate() {
-                    let u = uniforms(opts, base + 2 * j);
-                    *out = encode_pair(el, t, xb[2 * j], xb[2 * j + 1], mult, opts.rounding, u);
-                }
-            }
-        });
-    (codes, scales)
+        .map(|(task, ((c, s), xs))| rows_task_best(t, el, opts, b, task * per_task * b, xs, c, s))
+        .reduce(|| 0, u32::max);
+    (codes, scales, seen)
+}
+
+/// One task of the row-wise pass: blocks of `xs` (first element index `first`) into
+/// codes `c` and scale bytes `s`. Returns the largest magnitude bits seen.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn rows_task(
+    t: &Tensor,
+    el: Element,
+    opts: &Options,
+    b: usize,
+    first: usize,
+    xs: &[f32],
+    c: &mut [u8],
+    s: &mut [u8],
+) -> MaxBits {
+    let mut seen = 0u32;
+    for (k, (xb, cb)) in xs.chunks(b).zip(c.chunks_mut(b / 2)).enumerate() {
+        let bits = block_amax_bits(xb);
+        seen = seen.max(bits);
+        let (byte, mult) = t.block(f32::from_bits(bits));
+        s[k] = byte;
+        encode_run(el, t, xb, mult, opts, first + k * b, cb);
+    }
+    seen
+}
+
+/// `rows_task` compiled for AVX2 (8-lane loops); same IEEE operations, same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_task_avx2(
+    t: &Tensor,
+    el: Element,
+    opts: &Options,
+    b: usize,
+    first: usize,
+    xs: &[f32],
+    c: &mut [u8],
+    s: &mut [u8],
+) -> MaxBits {
+    rows_task(t, el, opts, b, first, xs, c, s)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rows_task_best(
+    t: &Tensor,
+    el: Element,
+    opts: &Options,
+    b: usize,
+    first: usize,
+    xs: &[f32],
+    c: &mut [u8],
+    s: &mut [u8],
+) -> MaxBits {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        return unsafe { rows_task_avx2(t, el, opts, b, first, xs, c, s) };
+    }
+    rows_task(t, el, opts, b, first, xs, c, s)
 }
 
 fn quantize_tiles(
     x: &[f32],
     rows: usize,
     cols: usize,
-    fmt: &Format,
     t: &Tensor,
+    el: Element,
     opts: &Options,
-) -> (Vec<u8>, Vec<u8>) {
+) -> (Vec<u8>, Vec<u8>, MaxBits) {
     let mut codes = vec![0u8; rows * cols / 2];
     let mut scales = vec![0u8; (rows / 16) * (cols / 16)];
     if rows == 0 || cols == 0 {
-        return (codes, scales);
+        return (codes, scales, 0);
     }
-    let el = fmt.element;
-    codes
+    let seen = codes
         .par_chunks_mut(16 * cols / 2)
         .zip(scales.par_chunks_mut(cols / 16))
         .zip(x.par_chunks(16 * cols))
         .enumerate()
-        .for_each(|(tr, ((c, s), xs))| {
+        .map(|(tr, ((c, s), xs))| {
+            let mut seen = 0u32;
             for (tc, sb) in s.iter_mut().enumerate() {
                 let c0 = tc * 16;
-                let mut bamax = 0f32;
-                for r in 0..16 {
-                    for v in &xs[r * cols + c0..r * cols + c0 + 16] {
-                        bamax = bamax.max(v.abs());
-                    }
-                }
-                let (byte, mult) = t.block(bamax);
+                let row = |r: usize| &xs[r * cols + c0..r * cols + c0 + 16];
+                let bits = (0..16).map(|r| block_amax_bits(row(r))).max().unwrap_or(0);
+                seen = seen.max(bits);
+                let (byte, mult) = t.block(f32::from_bits(bits));
                 *sb = byte;
                 for r in 0..16 {
-                    let row = &xs[r * cols + c0..r * cols + c0 + 16];
-                    let base = (tr * 16 + r) * cols + c0;
-                    for j in 0..8 {
-                        let u = uniforms(opts, base + 2 * j);
-                        c[(r * cols + c0) / 2 + j] =
-                            encode_pair(el, t, row[2 * j], row[2 * j + 1], mult, opts.rounding, u);
-                    }
+                    let out = &mut c[(r * cols + c0) / 2..(r * cols + c0) / 2 + 8];
+                    encode_run(el, t, row(r), mult, opts, (tr * 16 + r) * cols + c0, out);
                 }
             }
-        });
-    (codes, scales)
+            seen
+        })
+        .reduce(|| 0, u32::max);
+    (codes, scales, seen)
 }
 
 /// Quantize a row-major (rows, cols) array. NaN/Inf are refused (NonFinite error
@@ -522,15 +656,25 @@ pub fn quantize(
         }
     }
     threads::run(|| {
-        let (measured, count, first) = scan(x);
-        if count > 0 {
-            return Err(Error::NonFinite {
+        // Two-level rules need the tensor amax before the block pass; otherwise the
+        // block pass itself notices NaN/Inf and the scan only runs to report them.
+        let nonfinite = || {
+            let (_, count, first) = scan(x);
+            Error::NonFinite {
                 count,
                 first_index: first,
-            });
-        }
-        let amax = opts.tensor_amax.unwrap_or(measured);
-        let t = Tensor::new(fmt, amax);
+            }
+        };
+        let measured = if fmt.rule.is_two_level() && opts.tensor_amax.is_none() {
+            let (m, count, _) = scan(x);
+            if count > 0 {
+                return Err(nonfinite());
+            }
+            Some(m)
+        } else {
+            None
+        };
+        let t = Tensor::new(fmt, opts.tensor_amax.or(measured).unwrap_or(0.0));
         let transposed;
         let (data, r, c) = match axis {
             Axis::Last => (x, rows, cols),
@@ -539,16 +683,23 @@ pub fn quantize(
                 (&transposed[..], cols, rows)
             }
         };
-        let (codes, scales, sr, sc) = match fmt.block {
+        let (codes, scales, seen, sr, sc) = match fmt.block {
             Block::Row(b) => {
-                let (co, s) = quantize_rows(data, fmt, &t, opts, b);
-                (co, s, r, c / b)
+                let (co, s, seen) = quantize_rows(data, &t, fmt.element, opts, b);
+                (co, s, seen, r, c / b)
             }
             Block::Tile16 => {
-                let (co, s) = quantize_tiles(data, r, c, fmt, &t, opts);
-                (co, s, r / 16, c / 16)
+                let (co, s, seen) = quantize_tiles(data, r, c, &t, fmt.element, opts);
+                (co, s, seen, r / 16, c / 16)
             }
         };
+        if seen >= 0x7f80_0000 {
+            return Err(nonfinite());
+        }
+        let amax = opts
+            .tensor_amax
+            .or(measured)
+            .unwrap_or(f32::from_bits(seen));
         Ok(Quantized {
             codes,
             scales,
@@ -721,6 +872,60 @@ mod tests {
         let t = layout::transpose(&x, r, c);
         let b = quantize(&t, c, r, Axis::Last, &fmt, &Options::default()).unwrap();
         assert_eq!(a, b);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_pass_equals_the_portable_pass() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        // Ties, zeros, subnormals, huge values and ordinary ones.
+        let x: Vec<f32> = (0..4096)
+            .map(|i| {
+                let u = rng::rand(3, i as u64);
+                match i % 7 {
+                    0 => {
+                        [0.25f32, 0.75, 2.5, 5.0, -3.5, 0.0, -0.0][(i / 7) % 7]
+                            * (1 << (i % 5)) as f32
+                    }
+                    1 => (u - 0.5) * 1e-40,
+                    2 => (u - 0.5) * 3e37,
+                    _ => (u - 0.5) * 8.0,
+                }
+            })
+            .collect();
+        let presets = ["mxfp4", "nvfp4", "ue5m3", "e1m2", "int4", "int4-sm"];
+        for name in presets {
+            for rule in [None, Some(Rule::Rceil), Some(Rule::Torchao)] {
+                let mut fmt = Format::preset(name).unwrap();
+                match (rule, fmt.rule.is_two_level()) {
+                    (Some(Rule::Rceil), false) | (Some(Rule::Torchao), true) => {
+                        fmt.rule = rule.unwrap()
+                    }
+                    (None, _) => {}
+                    _ => continue,
+                }
+                for rounding in [Rounding::Rtne, Rounding::Away, Rounding::Sr] {
+                    let opts = Options {
+                        rounding,
+                        seed: 5,
+                        offset: 9,
+                        tensor_amax: None,
+                    };
+                    let t = Tensor::new(&fmt, 3.0);
+                    let b = fmt.block_elems();
+                    let (mut c1, mut s1) = (vec![0u8; x.len() / 2], vec![0u8; x.len() / b]);
+                    let (mut c2, mut s2) = (c1.clone(), s1.clone());
+                    let m1 = rows_task(&t, fmt.element, &opts, b, 0, &x, &mut c1, &mut s1);
+                    // SAFETY: AVX2 support checked at the top of the test.
+                    let m2 = unsafe {
+                        rows_task_avx2(&t, fmt.element, &opts, b, 0, &x, &mut c2, &mut s2)
+                    };
+                    assert_eq!((c1, s1, m1), (c2, s2, m2), "{name} {rule:?} {rounding:?}");
+                }
+            }
+        }
     }
 
     #[test]
