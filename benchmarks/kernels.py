@@ -239,10 +239,9 @@ def quant_timing():
                 RES["errors"].append(f"quantizer {name}: {exc!r}")
                 traceback.print_exc()
                 continue
-            gbps = qbytes(r, c, blk, copies, xhat) / t / 1e9
-            RES["quantizer"].append(dict(variant=name, shape=f"{r}x{c}", ms=t, tbps=gbps / 1e3,
-                                         frac_copy=gbps / 1e3 / copy))
-            log(f"{name:42s} {r}x{c}: {t * 1e3:7.1f} us  {gbps / 1e3:.2f} TB/s  {gbps / 1e3 / copy:.0%} of copy")
+            tbps = qbytes(r, c, blk, copies, xhat) / (t * 1e-3) / 1e12  # t in ms
+            RES["quantizer"].append(dict(variant=name, shape=f"{r}x{c}", ms=t, tbps=tbps, frac_copy=tbps / copy))
+            log(f"{name:42s} {r}x{c}: {t * 1e3:7.1f} us  {tbps:.2f} TB/s  {tbps / copy:.0%} of copy")
         save()
 
 
@@ -257,8 +256,8 @@ def quant_configs():
             fn()
             t = ms(fn)
             RES["quantizer"].append(dict(variant=f"row nvfp4 delayed, tile {cfg}", shape="8192x8192", ms=t,
-                                         tbps=qbytes(*BIG, 16) / t / 1e12,
-                                         frac_copy=qbytes(*BIG, 16) / t / 1e12
+                                         tbps=qbytes(*BIG, 16) / (t * 1e-3) / 1e12,
+                                         frac_copy=qbytes(*BIG, 16) / (t * 1e-3) / 1e12
                                          / RES["ceilings"].get("copy_tbps", 4.27)))
             log(f"tile {cfg}: {t * 1e3:.1f} us")
         except Exception as exc:

@@ -41,11 +41,18 @@ def _poison(monkeypatch):
 
 
 def check(x, fmt, **kw):
+    """Every comparison is made before asserting, so one failure does not hide the others."""
     a = qk.quantize(x, fmt, **kw)
     b = ref.quantize(x, fmt, **kw)
-    assert testing.packed_diff(a, b) == [], (fmt, kw)
-    assert testing.same_float(fk.fake_quant(x, fmt, **kw), ref.dequantize(b, x.dtype))
-    assert testing.same_float(qk.dequantize(a, x.dtype), ref.dequantize(b, x.dtype))
+    bad = testing.packed_diff(a, b)
+    want = ref.dequantize(b, x.dtype)
+    if not testing.same_float(fk.fake_quant(x, fmt, **kw), want):
+        bad.append("fake_quant != dequantize(reference)")
+    if not testing.same_float(qk.dequantize(a, x.dtype), want):
+        bad.append("Triton dequantize != reference dequantize")
+    if not testing.same_float(qk.dequantize(a, torch.float32), ref.dequantize(b, torch.float32)):
+        bad.append("Triton dequantize (f32) != reference")
+    assert bad == [], (fmt, kw, bad)
     return a
 
 

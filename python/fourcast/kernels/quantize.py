@@ -152,6 +152,15 @@ def _rotate(x, k, SIGNS, HMAT, rht_scale, BM: tl.constexpr, BK: tl.constexpr, RH
 
 
 @triton.jit
+def _with_sign(v, neg):
+    """v (>= 0, f32) with its sign bit set where neg: -0.0 for a zero magnitude too.
+    (Triton 3.6 lowers float negation as 0 - x, which turns -(+0.0) into +0.0; measured
+    on the H200 run of 2026-12-02, where only the sign of zero differed.)"""
+    sign = tl.where(neg, -2147483648, 0).to(tl.int32)
+    return (v.to(tl.int32, bitcast=True) | sign).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _finite(v):
     return tl.abs(v) <= 3.4028234663852886e38
 
@@ -245,9 +254,9 @@ def _quant_tile(y, m, k, M, K, amax, seed, offset,
         codes = mag | (neg.to(tl.int32) << (BITS - 1))
     codes = tl.where(bad_elem, 0, codes)
     if TWOS:  # two's complement has no -0: the decoded zero is +0
-        val = tl.where(neg & (mag != 0), -val, val)
+        val = _with_sign(val, neg & (mag != 0))
     else:
-        val = tl.where(neg, -val, val)
+        val = _with_sign(val, neg)
     xhat = tl.math.div_rn(val * sval, tl.broadcast_to(ts, val.shape))
     return codes, xhat, sbytes, ts
 
@@ -461,7 +470,7 @@ def _decode(c, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWO
             v = tl.where(mag == 0x7F, float("nan"), v)
         if FP8 == 2:
             v = tl.where(mag == 0x7C, float("inf"), tl.where(mag > 0x7C, float("nan"), v))
-        v = tl.where(neg, -v, v)
+        v = _with_sign(v, neg)
     return v
 
 

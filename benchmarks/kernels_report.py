@@ -1,0 +1,63 @@
+"""Turn benchmarks/results/kernels-h200.json (written by benchmarks/kernels.py on the GPU)
+into the tables of benchmarks/results/kernels-h200.md. Runs anywhere (no torch).
+
+    python benchmarks/kernels_report.py benchmarks/results/kernels-h200.json > tables.md
+"""
+
+import json
+import sys
+
+TARGETS = dict(quant_copy=0.80, quant_vs_compiled=8.0, gemm_vs_bf16=0.70, linear_ratio=1.2)
+
+
+def main(path: str) -> None:
+    r = json.load(open(path))
+    m = r["meta"]
+    print(f"GPU: {m.get('gpu')} ({m.get('sms')} SMs), torch {m.get('torch')}, Triton {m.get('triton')}, "
+          f"CUDA {m.get('cuda')}, Python {m.get('python')}, run {m.get('date')}, {m.get('wall_s', 0):.0f} s\n")
+    c = r["ceilings"]
+    print(f"Copy bandwidth (read + write): **{c.get('copy_tbps', 0):.2f} TB/s**\n")
+    print("| GEMM M x N x K | cuBLAS BF16 TFLOP/s | FP8 _scaled_mm TFLOP/s |\n|---|---|---|")
+    for k, v in c.get("bf16", {}).items():
+        print(f"| {k} | {v['tflops']:.0f} | {c.get('fp8', {}).get(k, {}).get('tflops', 0):.0f} |")
+    p = r["peers"]
+    print("\nPeers, NVFP4 (TE rule) on bf16 8192x8192, plain PyTorch written as a user would "
+          "(benchmarks/kernels.py `peer_nvfp4`):\n")
+    print("| peer | ms |\n|---|---|")
+    for k in ("eager_fq_ms", "compiled_fq_ms", "eager_pack_ms", "compiled_pack_ms"):
+        if k in p:
+            print(f"| {k[:-3].replace('_', ' ')} | {p[k]:.3f} |")
+    if "eager_fq_matches_fourcast_frac" in p:
+        print(f"\n(the peer's fake-quant equals fourcast's bit for bit on {p['eager_fq_matches_fourcast_frac']:.4%} "
+              "of elements)")
+    pc, pf = p.get("compiled_pack_ms"), p.get("compiled_fq_ms")
+    print("\n| quantizer variant | shape | us | TB/s | of copy BW | vs torch.compile peer |\n|---|---|---|---|---|---|")
+    for q in r["quantizer"]:
+        peer = pf if q["variant"].startswith("fake-quant") else pc
+        copies = 2 if "row+col" in q["variant"] else 1
+        sp = f"{peer * copies / q['ms']:.1f}x" if peer and q["shape"] == "8192x8192" else ""
+        print(f"| {q['variant']} | {q['shape']} | {q['ms'] * 1e3:.1f} | {q['tbps']:.2f} | {q['frac_copy']:.0%} | {sp} |")
+    print("\n| GEMM variant | shape | TFLOP/s | of cuBLAS BF16 |\n|---|---|---|---|")
+    for g in r["gemm"]:
+        v = g.get("vs_cublas_bf16")
+        print(f"| {g['variant']} | {g['shape']} | {g['tflops']:.0f} | {'' if v is None else f'{v:.0%}'} |")
+    if r.get("gemm_fp8_exact"):
+        print("\n| exact MXFP4 GEMM on FP8 tensor cores | TFLOP/s | of cuBLAS BF16 | operands exact | within bound |"
+              "\n|---|---|---|---|---|")
+        for g in r["gemm_fp8_exact"]:
+            print(f"| {g['shape']} | {g['tflops']:.0f} | {(g.get('vs_cublas_bf16') or 0):.0%} | "
+                  f"{g['exact_operands']} | {g.get('within_bound', '')} |")
+    if r.get("linear"):
+        names = [k for k in r["linear"][0] if isinstance(r["linear"][0][k], dict)]
+        print("\n| linear fwd+bwd (M=8192) | BF16 ms | " + " | ".join(names) + " |")
+        print("|---|---|" + "---|" * len(names))
+        for row in r["linear"]:
+            cells = " | ".join(f"{row[n]['ms']:.2f} ms ({row[n]['ratio']:.2f}x)" for n in names if n in row)
+            print(f"| {row['shape']} | {row['bf16_ms']:.2f} | {cells} |")
+    print("\nChecks:", ", ".join(f"{c['what']}: {'ok' if c['ok'] else 'FAILED'}" for c in r["checks"]))
+    if r["errors"]:
+        print("\nErrors / skipped:\n" + "\n".join(f"- {e}" for e in r["errors"]))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/kernels-h200.json")
