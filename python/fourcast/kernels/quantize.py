@@ -33,7 +33,6 @@ import triton.language as tl
 from fourcast.kernels import reference
 from fourcast.kernels.philox import sr_uniform
 from fourcast.kernels.utils import (
-    FLT_MAX,
     NAN_BYTE,
     SCALE_GRIDS,
     SCALE_MIN_NORMAL,
