@@ -750,18 +750,27 @@ pub fn dequantize(
         if rows == 0 || cols == 0 {
             return out;
         }
+        // Every run of 16 elements shares one scale: decode its 16 possible values
+        // once ((value * scale) / tensor_scale, the exact per-element operations),
+        // then look each code up.
+        let seg_scale = |r: usize, seg: usize| match fmt.block {
+            Block::Row(b) => r * sc + seg * 16 / b,
+            Block::Tile16 => (r / 16) * sc + seg,
+        };
         out.par_chunks_mut(cols)
             .zip(codes.par_chunks(cols / 2))
             .enumerate()
             .for_each(|(r, (o, c))| {
-                for (i, v) in o.iter_mut().enumerate() {
-                    let code = (c[i / 2] >> ((i & 1) * 4)) & 0xf;
-                    let s_idx = match fmt.block {
-                        Block::Row(b) => r * sc + i / b,
-                        Block::Tile16 => (r / 16) * sc + i / 16,
-                    };
-                    let s = scale.decode(scales[s_idx]);
-                    *v = table[code as usize] * s / tensor_scale;
+                for (seg, (os, cs)) in o.chunks_mut(16).zip(c.chunks(8)).enumerate() {
+                    let sv = scale.decode(scales[seg_scale(r, seg)]);
+                    let mut lut = [0f32; 16];
+                    for (l, &v) in lut.iter_mut().zip(table.iter()) {
+                        *l = v * sv / tensor_scale;
+                    }
+                    for (pair, &byte) in os.chunks_mut(2).zip(cs) {
+                        pair[0] = lut[(byte & 0xf) as usize];
+                        pair[1] = lut[(byte >> 4) as usize];
+                    }
                 }
             });
         match axis {
