@@ -588,7 +588,10 @@ pub fn catalogue() -> Vec<FormatInfo> {
         "per-tensor second-level scale (S_enc)",
     ));
     for (name, note) in [
-        ("mxfp4", "e2m1 + ue8m0, block 32, floor rule"),
+        (
+            "mxfp4",
+            "e2m1 + ue8m0, block 32, floor rule (preset ranges: tensor_scale 1)",
+        ),
         ("nvfp4", "e2m1 + e4m3 block 16 + fp32 tensor scale, TE rule"),
         (
             "ue5m3",
@@ -601,18 +604,17 @@ pub fn catalogue() -> Vec<FormatInfo> {
         ),
         ("int4-sm", "int4-sm + e4m3 block 16 + fp32 tensor scale"),
     ] {
+        // Range with tensor_scale 1: grid extremes times scale extremes (f64: no overflow).
         let fmt = crate::quant::Format::preset(name).expect("preset");
-        let gmax = fmt.element.gmax();
-        let smax = fmt.scale.max_value();
-        let smin = fmt.scale.min_positive();
-        rows.push(row(
+        rows.push(FormatInfo {
             name,
-            "preset",
-            4,
-            gmax * smax,
-            fmt.element.grid().min_positive() * smin,
+            kind: "preset",
+            bits: 4,
+            max: fmt.element.gmax() as f64 * fmt.scale.max_value() as f64,
+            min_positive: fmt.element.grid().min_positive() as f64
+                * fmt.scale.min_positive() as f64,
             note,
-        ));
+        });
     }
     rows
 }
