@@ -133,3 +133,14 @@ def test_catalogue_lists_every_grid_scale_and_preset():
         assert (name, "scale") in rows
     for name in fc.quant.PRESETS:
         assert (name, "preset") in rows
+
+
+def test_core_stub_lists_every_extension_function():
+    """python/fourcast/_core.pyi must describe everything fourcast._core exposes."""
+    import ast
+    import pathlib
+
+    stub = pathlib.Path(fc.__file__).with_name("_core.pyi")
+    declared = {n.name for n in ast.parse(stub.read_text()).body if isinstance(n, ast.FunctionDef)}
+    exposed = {n for n in dir(fc._core) if not n.startswith("_")}
+    assert exposed <= declared, f"add to _core.pyi: {sorted(exposed - declared)}"
