@@ -405,12 +405,13 @@ fn check_shape(fmt: &Format, rows: usize, cols: usize, axis: Axis) -> Result<()>
     Ok(())
 }
 
-/// Codes of a run of N elements with RTNE, written so the loop vectorises (fixed N,
-/// branch-free): `mag` maps |y| (already clamped to gmax) to the magnitude code;
-/// `twos` selects two's complement (INT4).
+/// Codes of a run of N elements with RTNE or SR, written so the loop vectorises (fixed
+/// N, branch-free): `mag(a, u)` maps |y| (already clamped to gmax) and its uniform to
+/// the magnitude code; `twos` selects two's complement (INT4).
 #[inline(always)]
-fn rtne_codes<const N: usize, F: Fn(f32) -> u32>(
+fn run_codes<const N: usize, F: Fn(f32, f32) -> u32>(
     xs: &[f32; N],
+    u: &[f32; N],
     mult: f32,
     g: f32,
     twos: bool,
@@ -422,7 +423,7 @@ fn rtne_codes<const N: usize, F: Fn(f32) -> u32>(
     for j in 0..N {
         let bits = (xs[j] * mult).to_bits();
         let a = f32::from_bits(bits & 0x7fff_ffff);
-        let m = mag(if a > g { g } else { a });
+        let m = mag(if a > g { g } else { a }, u[j]);
         let neg = bits >> 31;
         c[j] = if twos {
             (m ^ 0u32.wrapping_sub(neg)).wrapping_add(neg) & 0xf
@@ -454,28 +455,88 @@ fn uniform_rtne_mag32(a: f32) -> u32 {
     (a + 8_388_608.0).to_bits() & 0xf
 }
 
+/// E2M1 SR of a in [0, 6]: lo = the grid value below (step 0.5 / 1 / 2 by binade, exact
+/// power-of-two arithmetic), up when u * step < a - lo (docs/conventions.md).
 #[inline(always)]
-fn rtne_fixed<const N: usize>(el: Element, g: f32, xs: &[f32; N], mult: f32, out: &mut [u8]) {
-    match el {
-        Element::E2M1 => rtne_codes(xs, mult, g, false, e2m1_rtne_mag32, out),
-        Element::E1M2 => rtne_codes(xs, mult, g, false, |a| uniform_rtne_mag32(a * 4.0), out),
-        Element::Int4Sm => rtne_codes(xs, mult, g, false, uniform_rtne_mag32, out),
-        Element::Int4 => rtne_codes(xs, mult, g, true, uniform_rtne_mag32, out),
-    }
+fn e2m1_sr_mag32(a: f32, u: f32) -> u32 {
+    let (step, inv, base) = if a >= 4.0 {
+        (2.0f32, 0.5f32, 4u32)
+    } else if a >= 2.0 {
+        (1.0, 1.0, 2)
+    } else {
+        (0.5, 2.0, 0)
+    };
+    let k = (a * inv).floor();
+    let up = (u * step < a - k * step) as u32;
+    k as i32 as u32 + base + up
+}
+
+/// SR on the integer grid 0..7 (a already in grid units): up when u < a - floor(a).
+#[inline(always)]
+fn uniform_sr_mag32(a: f32, u: f32) -> u32 {
+    let k = a.floor();
+    k as i32 as u32 + (u < a - k) as u32
 }
 
 #[inline(always)]
-fn rtne_run(el: Element, g: f32, xs: &[f32], mult: f32, out: &mut [u8]) {
-    if let Ok(x16) = <&[f32; 16]>::try_from(xs) {
-        rtne_fixed(el, g, x16, mult, out)
-    } else if let Ok(x32) = <&[f32; 32]>::try_from(xs) {
-        rtne_fixed(el, g, x32, mult, out)
-    } else {
-        for (o, p) in out.iter_mut().zip(xs.chunks_exact(2)) {
-            let pair: &[f32; 2] = p.try_into().expect("pairs");
-            rtne_fixed(el, g, pair, mult, std::slice::from_mut(o));
+fn fast_fixed<const N: usize>(
+    el: Element,
+    sr: bool,
+    g: f32,
+    xs: &[f32; N],
+    u: &[f32; N],
+    mult: f32,
+    out: &mut [u8],
+) {
+    match (el, sr) {
+        (Element::E2M1, false) => run_codes(xs, u, mult, g, false, |a, _| e2m1_rtne_mag32(a), out),
+        (Element::E1M2, false) => run_codes(
+            xs,
+            u,
+            mult,
+            g,
+            false,
+            |a, _| uniform_rtne_mag32(a * 4.0),
+            out,
+        ),
+        (Element::Int4Sm, false) => {
+            run_codes(xs, u, mult, g, false, |a, _| uniform_rtne_mag32(a), out)
         }
+        (Element::Int4, false) => {
+            run_codes(xs, u, mult, g, true, |a, _| uniform_rtne_mag32(a), out)
+        }
+        (Element::E2M1, true) => run_codes(xs, u, mult, g, false, e2m1_sr_mag32, out),
+        (Element::E1M2, true) => run_codes(
+            xs,
+            u,
+            mult,
+            g,
+            false,
+            |a, u| uniform_sr_mag32(a * 4.0, u),
+            out,
+        ),
+        (Element::Int4Sm, true) => run_codes(xs, u, mult, g, false, uniform_sr_mag32, out),
+        (Element::Int4, true) => run_codes(xs, u, mult, g, true, uniform_sr_mag32, out),
     }
+}
+
+/// RTNE or SR of a run of 16 or 32 elements through the vectorisable path.
+#[inline(always)]
+fn fast_run<const N: usize>(
+    el: Element,
+    t: &Tensor,
+    xs: &[f32; N],
+    mult: f32,
+    opts: &Options,
+    idx: usize,
+    out: &mut [u8],
+) {
+    let mut u = [0f32; N];
+    let sr = opts.rounding == Rounding::Sr;
+    if sr {
+        rng::rand_run(opts.seed, opts.offset.wrapping_add(idx as u64), &mut u);
+    }
+    fast_fixed(el, sr, t.gmax, xs, &u, mult, out)
 }
 
 /// Encode one run of elements (a block, or a tile row) into packed bytes; `idx` is
@@ -490,9 +551,15 @@ fn encode_run(
     idx: usize,
     out: &mut [u8],
 ) {
-    if opts.rounding == Rounding::Rtne {
-        return rtne_run(el, t.gmax, xs, mult, out);
+    if opts.rounding != Rounding::Away {
+        if let Ok(x16) = <&[f32; 16]>::try_from(xs) {
+            return fast_run(el, t, x16, mult, opts, idx, out);
+        }
+        if let Ok(x32) = <&[f32; 32]>::try_from(xs) {
+            return fast_run(el, t, x32, mult, opts, idx, out);
+        }
     }
+    // Generic path (ties away, other run lengths): the integer rounding of formats.rs.
     let mut u = [0f32; 32];
     let u = &mut u[..xs.len()];
     if opts.rounding == Rounding::Sr {
@@ -933,6 +1000,65 @@ mod tests {
                     };
                     assert_eq!((c1, s1, m1), (c2, s2, m2), "{name} {rule:?} {rounding:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn fast_sr_and_rtne_maps_equal_the_integer_rounding() {
+        type SrMap = fn(f32, f32) -> u32;
+        let cases: [(Element, SrMap, f32); 3] = [
+            (Element::E2M1, e2m1_sr_mag32, 1.0),
+            (Element::E1M2, uniform_sr_mag32, 4.0),
+            (Element::Int4Sm, uniform_sr_mag32, 1.0),
+        ];
+        for (el, sr, unit) in cases {
+            let g = el.gmax();
+            // Every bf16-like pattern in [0, gmax] and a spread of uniforms, including 0,
+            // the largest one and the exact threshold (a - lo) / step of each value.
+            let mut values: Vec<f32> = (0..0x8000u32)
+                .map(|h| f32::from_bits(h << 16))
+                .filter(|a| *a <= g)
+                .collect();
+            values.extend((0..2000).map(|i| rng::rand(11, i) * g));
+            for &a in &values {
+                let lo = el
+                    .grid()
+                    .decode_mag(el.grid().encode_mag(a, Rounding::Sr, 0.999_999_9));
+                let step = if a >= 4.0 / unit {
+                    2.0 / unit
+                } else if a >= 2.0 / unit {
+                    1.0 / unit
+                } else {
+                    0.5 / unit
+                };
+                let step = if el == Element::E2M1 {
+                    step
+                } else {
+                    1.0 / unit
+                };
+                let thr = (a - lo) / step;
+                for u in [
+                    0.0,
+                    0.25,
+                    0.5,
+                    0.999_999_94,
+                    thr,
+                    f32::from_bits(thr.to_bits().wrapping_sub(1)),
+                    rng::rand(5, a.to_bits() as u64),
+                ] {
+                    // Only values tl.rand can produce: 0 or at least 2^-31 (so u * step
+                    // is exact; a subnormal u would not be).
+                    if !(0.0..1.0).contains(&u) || (u > 0.0 && u < 4.656_612_7e-10) {
+                        continue;
+                    }
+                    let want = el.grid().encode_mag(a, Rounding::Sr, u);
+                    assert_eq!(sr(a * unit, u), want, "{el:?} a={a} u={u}");
+                }
+                assert_eq!(
+                    el.rtne_mag(a) as u32,
+                    el.grid().encode_mag(a, Rounding::Rtne, 0.0)
+                );
             }
         }
     }
