@@ -151,6 +151,15 @@ def test_ue5m3_rule_with_target_and_supplied_amax(smax):
         assert q.amax == F32(np.abs(x).max() if amax is None else amax)
 
 
+def test_ue5m3_full_range_target_matches_transformer_engine():
+    # TE's UE5M3 unit test: global amax 12 -> S_enc = 6 * 114688 / 12 (scale max 114688).
+    x = np.zeros((1, 16), F32)
+    x[0, 0] = 12.0
+    q = fc.quantize(x, fc.Format(element="e2m1", scale="ue5m3", scale_max=114688.0))
+    assert q.tensor_scale == F32(6.0 * 114688.0 / 12.0)
+    assert fc.quant.decode(q.scales, "ue5m3")[0, 0] == 114688.0
+
+
 def test_ue5m3_preset_and_stale_amax_saturates_e4m3():
     x = np.random.default_rng(4).standard_normal((8, 64)).astype(F32)
     amax = float(np.abs(x).max()) / 4  # stale: block scales want up to 4 * 448
