@@ -87,13 +87,12 @@ impl Real for f64 {
     }
 }
 
-/// In-place unnormalised fast Walsh-Hadamard transform (Sylvester order).
-#[inline]
-fn fwht(buf: &mut [f64]) {
-    let n = buf.len();
+/// In-place unnormalised fast Walsh-Hadamard transform (Sylvester order), size N.
+#[inline(always)]
+fn fwht<const N: usize>(buf: &mut [f64; N]) {
     let mut h = 1;
-    while h < n {
-        for i in (0..n).step_by(2 * h) {
+    while h < N {
+        for i in (0..N).step_by(2 * h) {
             for j in i..i + h {
                 let (a, b) = (buf[j], buf[j + h]);
                 buf[j] = a + b;
@@ -104,25 +103,35 @@ fn fwht(buf: &mut [f64]) {
     }
 }
 
-fn rht_last<T: Real>(x: &[T], n: usize, signs: &[f64]) -> Vec<T> {
-    let norm = 1.0 / (n as f64).sqrt();
+fn rht_blocks<T: Real, const N: usize>(x: &[T], signs: &[f64]) -> Vec<T> {
+    let norm = 1.0 / (N as f64).sqrt();
+    let signs: &[f64; N] = signs.try_into().expect("one sign per element");
     let mut out = vec![T::default(); x.len()];
-    let chunk = n * 512;
+    let chunk = N * 512;
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
         .for_each(|(o, xi)| {
-            let mut buf = [0f64; 128];
-            for (ob, xb) in o.chunks_mut(n).zip(xi.chunks(n)) {
-                for k in 0..n {
+            for (ob, xb) in o.chunks_exact_mut(N).zip(xi.chunks_exact(N)) {
+                let mut buf = [0f64; N];
+                for k in 0..N {
                     buf[k] = xb[k].to_f64() * signs[k];
                 }
-                fwht(&mut buf[..n]);
-                for k in 0..n {
+                fwht(&mut buf);
+                for k in 0..N {
                     ob[k] = T::from_f64(buf[k] * norm);
                 }
             }
         });
     out
+}
+
+fn rht_last<T: Real>(x: &[T], n: usize, signs: &[f64]) -> Vec<T> {
+    match n {
+        16 => rht_blocks::<T, 16>(x, signs),
+        32 => rht_blocks::<T, 32>(x, signs),
+        64 => rht_blocks::<T, 64>(x, signs),
+        _ => rht_blocks::<T, 128>(x, signs),
+    }
 }
 
 /// RHT of a row-major (rows, cols) array along the last axis (`along_first` =
