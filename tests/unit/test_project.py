@@ -72,8 +72,8 @@ def test_projection_report(run_dir):
 def test_correction_changes_only_named_classes(run_dir):
     a = project.project(run_dir, ["b200"], correct=True).targets[0]["breakdown_ms"]
     b = project.project(run_dir, ["b200"], correct=False).targets[0]["breakdown_ms"]
-    assert a["gemm"] == b["gemm"]
-    assert a["quantize"] != b["quantize"]
+    assert a["gemm"] == b["gemm"] and a["quantize"] == b["quantize"]
+    assert a["attention"] != b["attention"] and a["optimizer"] != b["optimizer"]
 
 
 def test_errors(tmp_path, run_dir):
