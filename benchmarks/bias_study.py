@@ -235,12 +235,11 @@ def _markdown(data: dict) -> str:
         "are drawn over the E1M2 ones.",
         "",
         _depth_table(data),
-        "## Real training tensors: pending the H200 run",
+        "## Real training tensors (H200)",
         "",
-        "_To be filled by the lead from `fourcast bias --run RUN_DIR --json` on a run trained with "
-        "`fourcast train ... --capture-every K` (format: fourcast/bias.py docstring): per operand "
-        "(fprop.x, wgrad.x, fprop.w, dgrad.w, dgrad.dy, wgrad.dy), format and RHT, mean/min/max bias over "
-        "layers and steps, and whether the synthetic verdict above carries over._",
+        "Measured on X, W and dY captured during H200 training runs: see "
+        "[bias-real-h200.md](bias-real-h200.md) (summary and verdict) and the per-operand tables in "
+        "`training-h200-run*/bias-real.md`.",
         "",
         "## Full synthetic table",
         "",
