@@ -189,8 +189,13 @@ def _bandwidth(hw: fchw.Hardware) -> float:
 
 
 def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterable[str] = (),
-            *, correct: bool = True, base: str = "h200") -> Report:
-    """Forecast a measured run on each target (and each target with `native` features)."""
+            *, correct: bool = True, base: str = "h200", other_from: str | pathlib.Path | None = None) -> Report:
+    """Forecast a measured run on each target (and each target with `native` features).
+
+    `other_from`: a BF16 run of the same model and batch whose unmodelled 'other' time
+    (norms, activations, loss, launch gaps) replaces this run's: an emulated FP4 run's
+    'other' also holds the emulation's host overhead, which native hardware would not pay.
+    """
     prof = load_profile(run_dir)
     targets = [t.strip() for t in targets if t.strip()]
     valid = fchw.names()
@@ -207,13 +212,20 @@ def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterabl
     err = {c: (base_pred[c] - measured_ms[c]) / measured_ms[c] for c in base_pred if measured_ms.get(c, 0) > 0}
     ratio = {c: measured_ms[c] / base_pred[c] for c in CORRECTED if base_pred.get(c, 0) > 0 and measured_ms.get(c, 0) > 0}
     base_bw = _bandwidth(base_hw)
+    other_ms = measured_ms["other"]
+    if other_from is not None:
+        ref = load_profile(other_from)
+        if ref["tokens_per_step"] != prof["tokens_per_step"] or ref.get("model") != prof.get("model"):
+            raise ProjectionError(f"--other-from {other_from} is not the same model and batch as {run_dir}")
+        other_ms = float(ref["classes"].get("other", 0.0))
     tokens = int(prof["tokens_per_step"])
     model_flops = model_flops_per_step(ops)
 
     rep = Report(run=str(run_dir), recipe=prof["recipe"], tokens_per_step=tokens, measured=measured_ms,
                  h200_model=base_pred, h200_error=err, corrected=correct)
     rep.notes.append("dequantize (emulation-only on Hopper) is dropped on every target")
-    rep.notes.append("'other' (norms, activations, loss, launch gaps) is scaled by the HBM bandwidth ratio")
+    rep.notes.append("'other' (norms, activations, loss, launch gaps) is scaled by the HBM bandwidth ratio"
+                     + (f"; taken from the BF16 run {other_from}" if other_from is not None else ""))
     if correct:
         rep.notes.append(f"classes {', '.join(ratio)} corrected by the H200 measured/predicted ratio; "
                          "GEMMs and quantize passes not corrected (emulated on the H200)")
@@ -224,7 +236,7 @@ def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterabl
             by = {c: s * 1e3 for c, s in cost(hw, ops, nat).items()}
             if correct:
                 by = {c: v * ratio.get(c, 1.0) for c, v in by.items()}
-            by["other"] = measured_ms["other"] * base_bw / _bandwidth(hw)
+            by["other"] = other_ms * base_bw / _bandwidth(hw)
             total = sum(by.values())
             peak = _bf16_peak_tflops(hw)
             rep.targets.append({

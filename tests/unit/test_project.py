@@ -99,3 +99,18 @@ def test_cli_json_matches_api(run_dir, capsys):
     assert out["targets"] == api["targets"]
     assert main(["project", str(run_dir), "--to", "nope"]) == 2
     assert "unknown target" in capsys.readouterr().err
+
+
+def test_other_from_a_bf16_run(tmp_path, run_dir):
+    bf16 = tmp_path / "bf16"
+    bf16.mkdir()
+    prof = _profile()
+    prof["classes"]["other"] = 0.4
+    (bf16 / "profile.json").write_text(json.dumps(prof))
+    a = project.project(run_dir, ["b200"]).targets[0]["breakdown_ms"]["other"]
+    b = project.project(run_dir, ["b200"], other_from=bf16).targets[0]["breakdown_ms"]["other"]
+    assert b == pytest.approx(a * 0.4 / 1.1)
+    prof["tokens_per_step"] = 4096
+    (bf16 / "profile.json").write_text(json.dumps(prof))
+    with pytest.raises(project.ProjectionError, match="not the same model"):
+        project.project(run_dir, ["b200"], other_from=bf16)

@@ -15,13 +15,15 @@ def project_cmd(
     to: str = typer.Option("b200,b300,rubin,mi355x", "--to", help="Target GPUs, comma-separated (names or .toml paths)."),
     native: str = typer.Option("", "--native", help="What-if native features, comma-separated (e.g. ue5m3,e1m2)."),
     no_correct: bool = typer.Option(False, "--no-correct", help="Do not correct classes by the H200 measured/predicted ratio."),
+    other_from: Optional[str] = typer.Option(None, "--other-from", help="A BF16 run of the same model whose 'other' time replaces this run's (drops emulation host overhead)."),
     out: Optional[str] = typer.Option(None, "--out", help="Folder for projection.{json,md,png} (default: RUN_DIR)."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Forecast a measured H200 run on other GPUs through the hardware model."""
     from fourcast import project
 
-    rep = project.project(run_dir, to.split(","), [n for n in native.split(",") if n], correct=not no_correct)
+    rep = project.project(run_dir, to.split(","), [n for n in native.split(",") if n], correct=not no_correct,
+                          other_from=other_from)
     paths = project.write_report(rep, out or run_dir)
     if json_out:
         emit_json(rep.to_dict())
