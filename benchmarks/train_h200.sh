@@ -18,6 +18,11 @@ python3 - <<'PY' | tee "$OUT/env.txt"
 import torch, triton, fourcast
 print("gpu", torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, "fourcast", fourcast.__version__)
 PY
+if [ "${GPU_TESTS_FIRST:-0}" = 1 ]; then
+  log() { echo "[$(date +%T)] $*"; }
+  log "gpu test tier first"
+  timeout "${GPU_TEST_S:-150}" python3 -m pytest tests/gpu -q -p no:cacheprovider > "$OUT/gpu-tests.txt" 2>&1; tail -4 "$OUT/gpu-tests.txt"
+fi
 COMMON=(--model "$MODEL" --data .devdata/train --val .devdata/val --tokenizer bpe:16384 --batch "${BATCH:-32}" --seq "${SEQ:-512}"
         --lr 2e-3 --seed 0 --no-progress --eval-every 100 --ckpt-every 0 --set train.eval_batches=${EVAL_BATCHES:-8})
 log() { echo "[$(date +%T)] $*"; }
@@ -56,7 +61,10 @@ fourcast compare $(ls -d "$RUNS"/*/ | grep -v smoke) --plot "$OUT/compare.png" -
 fourcast compare $(ls -d "$RUNS"/*/ | grep -v smoke) 2>> "$OUT/errors.txt" | tee "$OUT/compare.txt"
 log "project"
 for r in bf16 nvfp4 mxfp4 ue5m3 ufp4 ufp4-int4; do
-  [ -f "$RUNS/$r/profile.json" ] && fourcast project "$RUNS/$r" --to b200,b300,rubin,mi355x --native ue5m3,e1m2 --json > "$RUNS/$r/projection-cli.json" 2>> "$OUT/errors.txt"
+  other=()
+  [ "$r" != bf16 ] && [ -f "$RUNS/bf16/profile.json" ] && other=(--other-from "$RUNS/bf16")
+  [ -f "$RUNS/$r/profile.json" ] && fourcast project "$RUNS/$r" --to b200,b300,rubin,mi355x --native ue5m3,e1m2 \
+    "${other[@]}" --json > "$RUNS/$r/projection-cli.json" 2>> "$OUT/errors.txt"
 done
 log "bias on captured tensors"
 for r in nvfp4 ufp4; do
@@ -65,6 +73,8 @@ done
 log "pack"
 tar czf "$OUT/runs.tar.gz" --exclude='*.safetensors' --exclude='tensors' -C /tmp runs
 ls -la "$OUT"
-log "gpu test tier (whatever time is left)"
-timeout "${GPU_TEST_S:-90}" python3 -m pytest tests/gpu -q -x -p no:cacheprovider > "$OUT/gpu-tests.txt" 2>&1; tail -3 "$OUT/gpu-tests.txt"
+if [ "${GPU_TESTS_FIRST:-0}" != 1 ]; then
+  log "gpu test tier (whatever time is left)"
+  timeout "${GPU_TEST_S:-90}" python3 -m pytest tests/gpu -q -x -p no:cacheprovider > "$OUT/gpu-tests.txt" 2>&1; tail -3 "$OUT/gpu-tests.txt"
+fi
 log "done"
