@@ -31,6 +31,7 @@ fi
 
 if [ "$DEVICE" = cpu ]; then
   NPROC=${NPROC:-2}
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}  # what torchrun gives each rank: the 1-process runs get the same
   ARGS=(--backend gloo --device cpu --max-bytes "${MAX_BYTES:-4MiB}" --fit-min-bytes "${FIT_MIN_BYTES:-512KiB}" --target-s 0.05
         --model "${MODEL:-tiny,n_layers=1}" --batch "${BATCH:-2}" --seq "${SEQ:-64}" --steps "${STEPS:-20}" --timing-steps 10
         --tokenizer "${TOKENIZER:-bytes}" --lr 1e-2 --eval-batches 1)
