@@ -235,13 +235,28 @@ def _with_unit_tensor_scale(p: Any) -> Any:
     """The same packed tensor with tensor_scale 1, so dequantize gives value * scale
     (exact in bf16 for every 4-bit and FP8 grid); the FP32 tensor scales are applied
     to the GEMM's FP32 output instead, as the hardware epilogue does."""
+    unit = _unit_like(p.tensor_scale)
+    packed_type = _ops().Packed
+    if type(p) is packed_type:  # the common case, without dataclasses.replace's overhead
+        return packed_type(p.codes, p.scales, unit, p.amax, p.fmt, p.shape, p.axis, p.rht)
     if hasattr(p, "_replace"):
-        return p._replace(tensor_scale=_unit_like(p.tensor_scale))
-    return dataclasses.replace(p, tensor_scale=_unit_like(p.tensor_scale))
+        return p._replace(tensor_scale=unit)
+    return dataclasses.replace(p, tensor_scale=unit)
+
+
+# Read-only ones, one per (device, dtype, shape): a unit tensor scale without a fill
+# kernel per dequantize.
+_UNITS: dict[tuple, torch.Tensor] = {}
 
 
 def _unit_like(ts: Any) -> Any:
-    return torch.ones_like(ts) if isinstance(ts, torch.Tensor) else 1.0
+    if not isinstance(ts, torch.Tensor):
+        return 1.0
+    key = (ts.device, ts.dtype, tuple(ts.shape))
+    unit = _UNITS.get(key)
+    if unit is None:
+        unit = _UNITS[key] = torch.ones_like(ts)
+    return unit
 
 
 def _matmul_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -285,6 +300,7 @@ class QLinear(nn.Linear):
         dtype: Any = None,
     ):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
+        self._derived: dict = {}
         self.recipe = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
         self.layer_id = layer_id
         self.layer_name = name or f"layer{layer_id}"
@@ -295,6 +311,8 @@ class QLinear(nn.Linear):
         self.register_buffer("tensor_amax", torch.zeros(len(ROLES), device=device))
         self._amax_valid = [False] * len(ROLES)
         self._signs_cache: dict[tuple, torch.Tensor] = {}
+        self._rht_memo: tuple = ()  # (step, device, (n, signs)) of the last _rht call
+        self._seed_memo: dict[tuple, int] = {}
         self.saved_bytes = 0  # bytes Wgrad's operand X took in the last forward
         self.bf16_bytes = 0  # what a bf16 X would have taken
         self._check()
@@ -314,6 +332,40 @@ class QLinear(nn.Linear):
         q.bias = linear.bias
         q.tensor_amax = torch.zeros(len(ROLES), device=linear.weight.device)
         return q
+
+    @property
+    def recipe(self) -> Recipe:
+        return self._recipe
+
+    @recipe.setter
+    def recipe(self, value: Recipe) -> None:
+        # Everything derived from the recipe is cached per layer (the hot path reads it
+        # ~20 times per step); a new recipe drops the cache.
+        self._recipe = value
+        self._derived = {}
+        self._rht_memo = ()
+        self._seed_memo = {}
+
+    def _recipe_consts(self) -> dict:
+        """Per-operand formats, SR flags, RHT settings, ... of the recipe, built once."""
+        d = self._derived
+        if d:
+            return d
+        r = self._recipe
+        fmts = {key: r.operand(key) for key in ROLES}
+        refresh = r.tensor_scale_refresh
+        d.update(
+            fmts=fmts,
+            sr={key: r.sr_on(key) for key in ROLES},
+            rht_on={g: r.rht_on(g) for g in ("fprop", "dgrad", "wgrad")},
+            rht=(r.rht["size"], r.rht["signs"], r.rht["seed"]),
+            refresh=refresh,
+            periodic={key: f is not None and refresh > 1 and has_tensor_scale(f) for key, f in fmts.items()},
+            token_multiple=self._token_multiple(),
+            dgrad_w_is_fprop_w=self._dgrad_w_is_fprop_w_uncached(),
+            quantized=r.is_quantized,
+        )
+        return d
 
     def reset_parameters(self) -> None:
         if self.weight.device.type != "meta":
@@ -364,6 +416,9 @@ class QLinear(nn.Linear):
                 )
 
     def _dgrad_w_is_fprop_w(self) -> bool:
+        return self._recipe_consts()["dgrad_w_is_fprop_w"]
+
+    def _dgrad_w_is_fprop_w_uncached(self) -> bool:
         """True when Dgrad's W operand equals Fprop's bit for bit: 16x16 tiles (W and
         W^T quantize identically), the same format, RTNE, no RHT on either GEMM. Then
         the forward's quantized W is reused (what 2D tiles are for)."""
@@ -379,6 +434,9 @@ class QLinear(nn.Linear):
 
     def token_multiple(self) -> int:
         """Tokens per forward must be a multiple of this (Wgrad's reduction dim)."""
+        return self._recipe_consts()["token_multiple"]
+
+    def _token_multiple(self) -> int:
         r, need = self.recipe, 1
         for key in ("wgrad.dy", "wgrad.x"):
             f = r.operand(key)
@@ -390,35 +448,50 @@ class QLinear(nn.Linear):
 
     # -- operand quantization
     def _rht(self, gemm: str, device: torch.device):
-        r = self.recipe
-        if not r.rht_on(gemm):
+        c = self._recipe_consts()
+        if not c["rht_on"][gemm]:
             return None
-        n, policy = r.rht["size"], r.rht["signs"]
-        seed = rht_seed(r.rht["seed"], self.layer_id, self.step, policy)
+        memo = self._rht_memo
+        if memo and memo[0] == (self.step, self.layer_id) and memo[1] == device:
+            return memo[2]
+        n, policy, recipe_seed = c["rht"]
+        seed = rht_seed(recipe_seed, self.layer_id, self.step, policy)
         key = (n, policy, seed, str(device))
         signs = self._signs_cache.get(key)
         if signs is None:
-            signs = _ops().rht_signs(n, policy, seed).to(device)
+            signs = _signs_on(_ops().rht_signs(n, policy, seed), device)
             if policy == "per-step":
                 self._signs_cache.clear()
             self._signs_cache[key] = signs
-        return (n, signs)
+        rht = (n, signs)
+        self._rht_memo = ((self.step, self.layer_id), device, rht)
+        return rht
+
+    def _operand_seed(self, key: str) -> int:
+        """operand_seed of this layer now, memoised for the current step."""
+        memo_key = (self.seed, self.layer_id, self.step, self.rank, key.split(".")[1])
+        seed = self._seed_memo.get(memo_key)
+        if seed is None:
+            if len(self._seed_memo) > 12:
+                self._seed_memo.clear()
+            seed = self._seed_memo[memo_key] = operand_seed(self.seed, self.layer_id, self.step, key, self.rank)
+        return seed
 
     def _plan(self, t: torch.Tensor, key: str, rht) -> dict:
         """How operand `key` of tensor t is quantized now: format, rounding, seed,
         offset, RHT and the tensor amax to pass (None = measure)."""
-        fmt = self.recipe.operand(key)
+        c = self._recipe_consts()
+        fmt = c["fmts"][key]
         slot = ROLE_INDEX[key]
-        refresh = self.recipe.tensor_scale_refresh
-        periodic = fmt is not None and refresh > 1 and has_tensor_scale(fmt)
-        stale = periodic and self._amax_valid[slot] and self.step % refresh != 0
+        periodic = c["periodic"][key]
+        stale = periodic and self._amax_valid[slot] and self.step % c["refresh"] != 0
         return dict(
             key=key,
             fmt=fmt,
             slot=slot,
             store=periodic and not stale,  # a refresh: keep the measured amax
-            rounding="sr" if self.recipe.sr_on(key) else "rtne",
-            seed=operand_seed(self.seed, self.layer_id, self.step, key, self.rank),
+            rounding="sr" if c["sr"][key] else "rtne",
+            seed=self._operand_seed(key),
             offset=operand_offset(key, t.numel()),
             rht=rht,
             tensor_amax=self.tensor_amax[slot] if stale else None,
@@ -504,9 +577,21 @@ class QLinear(nn.Linear):
         return a, b
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.recipe.is_quantized:
+        if not self._recipe_consts()["quantized"]:
             return F.linear(x, self.weight, self.bias)
         return _QLinearFn.apply(x, self.weight, self.bias, self, torch.is_grad_enabled())
+
+
+def _signs_on(signs: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """An RHT sign vector (made on the CPU) on `device`, once per layer and sign seed:
+    through pinned memory with a non-blocking copy on CUDA (a pageable host->device copy
+    can stall the stream); still marked as checked (+-1 by construction)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        moved = signs.pin_memory().to(device, non_blocking=True)
+    else:
+        moved = signs.to(device)
+    return _ops().mark_signs_valid(moved) if moved is not signs else signs
 
 
 def _as_matrix(op: Any, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:

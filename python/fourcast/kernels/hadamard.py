@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from fourcast.errors import ShapeError
-from fourcast.kernels.quantize import _cast_out, _rotate, rht_norm
+from fourcast.kernels.quantize import _cast_out, _rht_scale, _rotate, rht_norm
 from fourcast.kernels.utils import check_kernel_input, check_rht, interpreting
 
 
@@ -45,7 +45,7 @@ def rht(x: torch.Tensor, n: int, signs: torch.Tensor, axis: int = -1) -> torch.T
     y = torch.empty_like(xm)
     bk = max(64, n) if not interpreting() else max(32, n)
     bm = max(16, 4096 // bk) if not interpreting() else 16
-    scale = float(torch.tensor(1.0 / math.sqrt(n), dtype=torch.float32))
+    scale = _rht_scale(n)
     _rht_kernel[(triton.cdiv(r, bm), triton.cdiv(c, bk))](
         xm, y, signs.contiguous(), r, c, scale, N=n, LOG2N=int(math.log2(n)), RNE_BF16=interpreting(), NORM=rht_norm(n), BM=bm, BK=bk,
         num_warps=4)

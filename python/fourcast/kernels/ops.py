@@ -37,17 +37,36 @@ from fourcast.kernels.utils import (
     check_rht,
     check_rounding,
     flat2d,
+    mark_signs_valid,
     normalize_axis,
     parse_fmt,
 )
 
-__all__ = ["Packed", "quantize", "dequantize", "fake_quant", "gemm", "rht", "rht_signs", "quantize_rowcol"]
+__all__ = ["Packed", "mark_signs_valid", "quantize", "dequantize", "fake_quant", "gemm", "rht", "rht_signs", "quantize_rowcol"]
 
 
 def _fmt_key(spec) -> str:
     """The format as the custom ops' string argument: "element,scale,block,tile_2d,rule"
-    (plain string formatting, so torch.compile traces it)."""
+    (plain string formatting under torch.compile, so it traces; cached on the Spec in eager)."""
+    if not torch.compiler.is_compiling():
+        return spec.key
     return f"{spec.element},{spec.scale},{spec.block},{int(spec.tile_2d)},{spec.rule}"
+
+
+def _direct(*tensors) -> bool:
+    """True when a public function may call an op's implementation directly instead of
+    going through torch.library's dispatcher (tens of microseconds per call, which a
+    host-bound training step pays ~10 times per layer): eager mode, plain tensors, no
+    dispatch mode active (fake tensors, opcheck) and no input that autograd would track
+    (the ops register no autograd formula; through the dispatcher such a call errors at
+    backward, so that case keeps the dispatcher). Same implementation, same bits."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if t is not None and (type(t) is not torch.Tensor or (grad and t.requires_grad)):
+            return False
+    return True
 
 
 def _fmt_dict(key: str) -> dict:
@@ -102,17 +121,23 @@ def _packed_shapes(spec, m: int, k: int):
 def _quantize_op(x: torch.Tensor, fmt_key: str, axis: int, rounding: str, seed: int, offset: int,
                  rht_n: int, signs: torch.Tensor | None, tensor_amax: torch.Tensor | None
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    spec = _spec(fmt_key)
+    return _quantize_impl(x, _spec(fmt_key), axis, rounding, seed, offset, rht_n, signs, tensor_amax)
+
+
+def _quantize_impl(x, spec, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
     rht = None if rht_n == 0 else (rht_n, signs)
     if x.is_cuda:
         from fourcast.kernels import quantize as qk
 
         p = qk.quantize(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
                         tensor_amax=tensor_amax)
-    else:
-        _check_finite(x)
-        p = reference.quantize(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
-                               tensor_amax=tensor_amax)
+        # The kernel's tensor scale and measured amax are fresh buffers; a given amax is
+        # returned as a view of tensor_amax, so copy that one (never alias an input).
+        amax = p.amax if tensor_amax is None else p.amax.clone()
+        return p.codes, p.scales, p.tensor_scale, amax
+    _check_finite(x)
+    p = reference.quantize(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
+                           tensor_amax=tensor_amax)
     return p.codes, p.scales, p.tensor_scale.clone(), p.amax.clone()  # never alias tensor_amax
 
 
@@ -129,7 +154,10 @@ def _(x, fmt_key, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
 @torch.library.custom_op("fourcast::fake_quant", mutates_args=())
 def _fake_quant_op(x: torch.Tensor, fmt_key: str, axis: int, rounding: str, seed: int, offset: int,
                    rht_n: int, signs: torch.Tensor | None, tensor_amax: torch.Tensor | None) -> torch.Tensor:
-    spec = _spec(fmt_key)
+    return _fake_quant_impl(x, _spec(fmt_key), axis, rounding, seed, offset, rht_n, signs, tensor_amax)
+
+
+def _fake_quant_impl(x, spec, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
     rht = None if rht_n == 0 else (rht_n, signs)
     if x.is_cuda:
         from fourcast.kernels import fake_quant as fk
@@ -149,8 +177,12 @@ def _(x, fmt_key, axis, rounding, seed, offset, rht_n, signs, tensor_amax):
 @torch.library.custom_op("fourcast::dequantize", mutates_args=())
 def _dequantize_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor, fmt_key: str,
                    shape: list[int], axis: int, dtype: torch.dtype) -> torch.Tensor:
-    p = Packed(codes, scales, tensor_scale, tensor_scale, _fmt_dict(fmt_key), tuple(shape), axis)
-    if codes.is_cuda:
+    return _dequantize_impl(Packed(codes, scales, tensor_scale, tensor_scale, _fmt_dict(fmt_key), tuple(shape), axis),
+                            dtype)
+
+
+def _dequantize_impl(p: Packed, dtype: torch.dtype) -> torch.Tensor:
+    if p.codes.is_cuda:
         from fourcast.kernels import quantize as qk
 
         return qk.dequantize(p, dtype)
@@ -168,7 +200,11 @@ def _gemm_op(a_codes: torch.Tensor, a_scales: torch.Tensor, a_ts: torch.Tensor, 
              out_dtype: torch.dtype) -> torch.Tensor:
     a = Packed(a_codes, a_scales, a_ts, a_ts, _fmt_dict(a_fmt), tuple(a_mk), -1)
     b = Packed(b_codes, b_scales, b_ts, b_ts, _fmt_dict(b_fmt), tuple(b_nk), -1)
-    if a_codes.is_cuda:
+    return _gemm_impl(a, b, out_dtype)
+
+
+def _gemm_impl(a: Packed, b: Packed, out_dtype: torch.dtype) -> torch.Tensor:
+    if a.codes.is_cuda:
         from fourcast.kernels import gemm as gk
 
         return gk.gemm(a, b, out_dtype)
@@ -199,9 +235,11 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", se
     [125, 125]
     """
     x, spec, axis, rht, m, k = _prepare(x, fmt, axis, rounding, rht)
-    codes, scales, ts, amax = _quantize_op(x, _fmt_key(spec), axis, rounding, int(seed), int(offset),
-                                           0 if rht is None else rht[0], None if rht is None else rht[1],
-                                           _amax_arg(tensor_amax, x.device))
+    rht_n, signs = (0, None) if rht is None else rht
+    amax_arg = _amax_arg(tensor_amax, x.device)
+    op = _quantize_impl if _direct(x, signs, amax_arg) else _quantize_op
+    codes, scales, ts, amax = op(x, spec if op is _quantize_impl else _fmt_key(spec), axis, rounding, int(seed),
+                                 int(offset), rht_n, signs, amax_arg)
     return Packed(codes, scales, ts, amax, spec.as_dict(), tuple(x.shape), axis, rht)
 
 
@@ -209,8 +247,11 @@ def dequantize(p: Packed, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
     """x_hat = value(code) * scale / tensor_scale in the ORIGINAL orientation and shape.
     The RHT is not undone: the result is in the rotated basis, what a GEMM consumes."""
     spec = p.spec
-    return _dequantize_op(p.codes.contiguous(), p.scales.contiguous(), p.tensor_scale, _fmt_key(spec),
-                          list(p.shape), p.axis, dtype)
+    codes, scales = p.codes.contiguous(), p.scales.contiguous()
+    if _direct(codes, scales, p.tensor_scale):
+        return _dequantize_impl(Packed(codes, scales, p.tensor_scale, p.tensor_scale, p.fmt, tuple(p.shape), p.axis),
+                                dtype)
+    return _dequantize_op(codes, scales, p.tensor_scale, _fmt_key(spec), list(p.shape), p.axis, dtype)
 
 
 def fake_quant(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", seed: int = 0, offset: int = 0,
@@ -224,9 +265,11 @@ def fake_quant(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", 
     [6.0, 6.0]
     """
     x, spec, axis, rht, m, k = _prepare(x, fmt, axis, rounding, rht)
-    return _fake_quant_op(x, _fmt_key(spec), axis, rounding, int(seed), int(offset),
-                          0 if rht is None else rht[0], None if rht is None else rht[1],
-                          _amax_arg(tensor_amax, x.device))
+    rht_n, signs = (0, None) if rht is None else rht
+    amax_arg = _amax_arg(tensor_amax, x.device)
+    if _direct(x, signs, amax_arg):
+        return _fake_quant_impl(x, spec, axis, rounding, int(seed), int(offset), rht_n, signs, amax_arg)
+    return _fake_quant_op(x, _fmt_key(spec), axis, rounding, int(seed), int(offset), rht_n, signs, amax_arg)
 
 
 def gemm(a: Packed, b: Packed, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -248,6 +291,9 @@ def gemm(a: Packed, b: Packed, out_dtype: torch.dtype = torch.bfloat16) -> torch
         raise ShapeError(f"gemm needs the same K: A is {ma}x{ka}, B is {nb}x{kb} (quantized layouts)")
     if a.codes.device != b.codes.device:
         raise ValueError(f"gemm operands on different devices: {a.codes.device} and {b.codes.device}")
+    if _direct(a.codes, a.scales, a.tensor_scale, b.codes, b.scales, b.tensor_scale):
+        return _gemm_impl(Packed(a.codes, a.scales, a.tensor_scale, a.tensor_scale, a.fmt, (ma, ka), -1),
+                          Packed(b.codes, b.scales, b.tensor_scale, b.tensor_scale, b.fmt, (nb, kb), -1), out_dtype)
     return _gemm_op(a.codes, a.scales, a.tensor_scale, _fmt_key(a.spec), [ma, ka],
                     b.codes, b.scales, b.tensor_scale, _fmt_key(b.spec), [nb, kb], out_dtype)
 
@@ -278,7 +324,7 @@ def rht_signs(n: int, policy: str = "te", seed: int = 0, device=None) -> torch.T
     >>> ops.rht_signs(16, "te")[:4].tolist()
     [1.0, 1.0, 1.0, -1.0]
     """
-    return reference.rht_signs(n, policy, seed, device)
+    return mark_signs_valid(reference.rht_signs(n, policy, seed, device))
 
 
 def quantize_rowcol(x: torch.Tensor, fmt, *, fmt_col=None, rounding: str = "rtne", rounding_col=None,

@@ -25,6 +25,7 @@ on Hopper; bits then depend on the MMA's summation: tests compare with the ROT o
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 import triton
@@ -495,7 +496,18 @@ def config(spec: Spec, rht_n: int, axis: int):
     return bm, bk, 8
 
 
+_CONSTEXPRS: dict[tuple, dict] = {}
+
+
 def _constexprs(spec: Spec, rounding: str) -> dict:
+    """The kernel's format constexprs (a fresh dict; built once per (spec, rounding))."""
+    cached = _CONSTEXPRS.get((spec, rounding))
+    if cached is None:
+        cached = _CONSTEXPRS[(spec, rounding)] = _make_constexprs(spec, rounding)
+    return dict(cached)
+
+
+def _make_constexprs(spec: Spec, rounding: str) -> dict:
     g = spec.grid
     sg = SCALE_GRIDS.get(spec.scale, SCALE_GRIDS["e4m3"])
     if spec.per_tensor:
@@ -514,19 +526,54 @@ def _constexprs(spec: Spec, rounding: str) -> dict:
     )
 
 
+# Per-device constants of the launchers, made once: a dummy f32 pointer argument and an
+# empty uint8 tensor (nothing ever writes through either).
+_DUMMY_F32: dict[torch.device, torch.Tensor] = {}
+_EMPTY_U8: dict[torch.device, torch.Tensor] = {}
+
+
+def _dummy_f32(device) -> torch.Tensor:
+    t = _DUMMY_F32.get(device)
+    if t is None:
+        t = _DUMMY_F32[device] = torch.ones(1, dtype=torch.float32, device=device)
+    return t
+
+
+def _empty_u8(device) -> torch.Tensor:
+    t = _EMPTY_U8.get(device)
+    if t is None:
+        t = _EMPTY_U8[device] = torch.empty(0, dtype=torch.uint8, device=device)
+    return t
+
+
+def _rht_scale(n: int) -> float:
+    """f32(n^-1/2) as a Python float (struct round trip: no tensor, no device)."""
+    return struct.unpack("f", struct.pack("f", 1.0 / math.sqrt(n)))[0]
+
+
+# Block-diagonal (D H) matrices of RHT_IMPL=1, by (signs id, signs version, n, bk, device);
+# the sign tensor is kept alive in the entry so its id cannot be reused.
+_HMAT: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
 def _rht_args(rht, bk: int, device, impl: int):
     """(signs, block-diagonal D*H for RHT_IMPL=1, f32(n^-1/2), n, log2 n); dummies without RHT."""
     if rht is None:
-        dummy = torch.ones(1, dtype=torch.float32, device=device)
+        dummy = _dummy_f32(device)
         return dummy, dummy, 1.0, 0, 0
     n, signs = rht
     signs = signs.to(device=device, dtype=torch.float32).contiguous()
     hmat = signs
     if impl == 1:
-        dh = signs[:, None] * reference.hadamard_matrix(n, device=device)
-        hmat = torch.block_diag(*([dh] * (bk // n))).contiguous()
-    scale = float(torch.tensor(1.0 / math.sqrt(n), dtype=torch.float32))
-    return signs, hmat, scale, n, int(math.log2(n))
+        key = (id(signs), signs._version, n, bk, str(device))
+        hit = _HMAT.get(key)
+        if hit is None or hit[0] is not signs:
+            dh = signs[:, None] * reference.hadamard_matrix(n, device=device)
+            if len(_HMAT) > 64:
+                _HMAT.clear()
+            hit = _HMAT[key] = (signs, torch.block_diag(*([dh] * (bk // n))).contiguous())
+        hmat = hit[1]
+    return signs, hmat, _rht_scale(n), n, int(math.log2(n))
 
 
 def rht_norm(n: int) -> float:
@@ -553,11 +600,11 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
     consts = _constexprs(spec, rounding)
     need_amax = (spec.two_level or spec.per_tensor) and tensor_amax is None
     amax_bits = torch.zeros(1, dtype=torch.int32, device=dev)
-    u8 = torch.empty(0, dtype=torch.uint8, device=dev)
+    u8 = _empty_u8(dev)
     pk = spec.packed
     codes = torch.empty((m, k // 2 if pk else k), dtype=torch.uint8, device=dev) if write_codes else u8
     if not write_codes or spec.per_tensor:
-        scales = torch.empty((0,), dtype=torch.uint8, device=dev)
+        scales = torch.empty((0,), dtype=torch.uint8, device=dev)  # an output: never shared
     elif spec.tile_2d:
         scales = torch.empty((m // 16, k // 16), dtype=torch.uint8, device=dev)
     else:
@@ -569,8 +616,9 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
         amax_in = torch.as_tensor(tensor_amax, dtype=torch.float32, device=dev).reshape(1)
     else:
         amax_in = amax_bits.view(torch.float32)
+    interp = interpreting()
     common = dict(consts, RHT_N=rn, LOG2N=log2n, RHT_IMPL=rht_impl, DOT_BF16=x.dtype == torch.bfloat16 and not
-                  interpreting(), RNE_BF16=interpreting(), RHT_NORM=rht_norm(rn), BM=bm, BK=bk, num_warps=warps)
+                  interp, RNE_BF16=interp, RHT_NORM=rht_norm(rn), BM=bm, BK=bk, num_warps=warps)
     args = (x, codes, scales, xhat, rot, amax_bits, amax_in, ts, signs, hmat, m, k, s_m, s_k, int(seed),
             int(offset), rscale)
     if need_amax:
@@ -616,17 +664,29 @@ def dequantize(p: Packed, dtype=torch.bfloat16) -> torch.Tensor:
     out = torch.empty(p.shape, dtype=dtype, device=p.codes.device)
     r, c = flat2d(p.shape)
     s_m, s_k = (c, 1) if p.axis == -1 else (1, c)
-    g = spec.grid
-    sg = SCALE_GRIDS.get(spec.scale, SCALE_GRIDS["e4m3"])
-    bm, bk = (16, 32) if interpreting() else (64, 128)
-    fp8 = {"e4m3": 1, "e5m2": 2}.get(spec.element, 0)
+    interp = interpreting()
+    bm, bk = (16, 32) if interp else (64, 128)
     scales = p.scales if p.scales.numel() else p.codes
     ts = p.tensor_scale.to(torch.float32).reshape(1)
     _dequantize_kernel[(triton.cdiv(m, bm), triton.cdiv(k, bk))](
-        p.codes, scales, ts, out, m, k, s_m, s_k, EMIN=g.emin, MBITS=g.mbits, FIXED=g.fixed, TWOS=g.twos,
-        BITS=g.bits, FP8=fp8, SCALE=SCALE_KIND[spec.scale], B=max(spec.block, 1), TILE2D=spec.tile_2d,
-        S_EMIN=sg.emin, S_MBITS=sg.mbits, NANB=NAN_BYTE.get(spec.scale, 0), RNE_BF16=interpreting(), BM=bm, BK=bk)
+        p.codes, scales, ts, out, m, k, s_m, s_k, **_dequant_constexprs(spec), RNE_BF16=interp, BM=bm, BK=bk)
     return out
+
+
+_DEQUANT_CONSTEXPRS: dict[Spec, dict] = {}
+
+
+def _dequant_constexprs(spec: Spec) -> dict:
+    """The dequantize kernel's format constexprs, built once per format."""
+    d = _DEQUANT_CONSTEXPRS.get(spec)
+    if d is None:
+        g = spec.grid
+        sg = SCALE_GRIDS.get(spec.scale, SCALE_GRIDS["e4m3"])
+        d = _DEQUANT_CONSTEXPRS[spec] = dict(
+            EMIN=g.emin, MBITS=g.mbits, FIXED=g.fixed, TWOS=g.twos, BITS=g.bits,
+            FP8={"e4m3": 1, "e5m2": 2}.get(spec.element, 0), SCALE=SCALE_KIND[spec.scale], B=max(spec.block, 1),
+            TILE2D=spec.tile_2d, S_EMIN=sg.emin, S_MBITS=sg.mbits, NANB=NAN_BYTE.get(spec.scale, 0))
+    return d
 
 
 def rowcol_config(rn_r: int, rn_c: int):
@@ -653,7 +713,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     consts = _constexprs(spec, rounding_r)
     consts.pop("MODE")
     pk = spec.packed
-    u8 = torch.empty(0, dtype=torch.uint8, device=dev)
+    u8 = _empty_u8(dev)
 
     def bufs(m, k):
         if not write_codes:

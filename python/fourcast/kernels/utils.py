@@ -91,7 +91,26 @@ class Spec:
         return self.grid.bits == 4
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        # A fresh shallow copy of a dict built once (dataclasses.asdict deep-copies).
+        d = self.__dict__.get("_as_dict")
+        if d is None:
+            d = dataclasses.asdict(self)
+            object.__setattr__(self, "_as_dict", d)
+        return dict(d)
+
+    @property
+    def key(self) -> str:
+        """"element,scale,block,tile_2d,rule": the custom ops' format argument."""
+        k = self.__dict__.get("_key")
+        if k is None:
+            k = f"{self.element},{self.scale},{self.block},{int(self.tile_2d)},{self.rule}"
+            object.__setattr__(self, "_key", k)
+        return k
+
+
+# Valid formats seen so far, by their dict items: the hot path parses the same few
+# recipe formats on every call (a miss runs the full validation below).
+_SPEC_CACHE: dict[tuple, Spec] = {}
 
 
 def parse_fmt(fmt: Any) -> Spec:
@@ -99,6 +118,22 @@ def parse_fmt(fmt: Any) -> Spec:
     same rules as the Rust `Recipe::validate`; a Spec passes through unchanged."""
     if isinstance(fmt, Spec):
         return fmt
+    if type(fmt) is dict and not torch.compiler.is_compiling():
+        try:
+            key = tuple(fmt.items())
+            spec = _SPEC_CACHE.get(key)
+        except TypeError:  # an unhashable value: validate (and fail) below
+            key, spec = None, None
+        if spec is not None:
+            return spec
+        spec = _parse_fmt(fmt)
+        if key is not None and len(_SPEC_CACHE) < 1024:
+            _SPEC_CACHE[key] = spec
+        return spec
+    return _parse_fmt(fmt)
+
+
+def _parse_fmt(fmt: Any) -> Spec:
     if not isinstance(fmt, dict):
         raise FormatError(f"format must be a dict like a recipe TensorFormat, got {type(fmt).__name__}")
     unknown = set(fmt) - {"element", "scale", "block", "tile_2d", "rule"}
@@ -196,8 +231,22 @@ def check_layout(spec: Spec, m: int, k: int, rht) -> None:
             raise ShapeError(f"length {k} along the block axis is not a multiple of the RHT size {n}")
 
 
+def mark_signs_valid(signs: torch.Tensor) -> torch.Tensor:
+    """Record that `signs` (as it is now) holds only +1/-1, so check_rht skips the value
+    check (a device sync on CUDA). For vectors made +-1 by construction (rht_signs);
+    an in-place change bumps the tensor's version and brings the check back."""
+    signs._fc_signs_ok = signs._version
+    return signs
+
+
+def _signs_known_valid(signs: torch.Tensor) -> bool:
+    return getattr(signs, "_fc_signs_ok", None) == signs._version
+
+
 def check_rht(rht, device=None):
-    """Validate (n, signs) and return (n, signs as f32 on `device`)."""
+    """Validate (n, signs) and return (n, signs as f32 on `device`). The +-1 check of
+    the values runs once per sign tensor (it reads the values back, a host-device sync
+    on CUDA); rht_signs vectors are known valid from the start."""
     if rht is None:
         return None
     try:
@@ -210,10 +259,19 @@ def check_rht(rht, device=None):
     signs = torch.as_tensor(signs)
     if signs.shape != (n,):
         raise ShapeError(f"RHT signs must have shape ({n},), got {tuple(signs.shape)}")
-    signs = signs.to(device=device, dtype=torch.float32)
-    if not bool(((signs == 1) | (signs == -1)).all()):
+    known = _signs_known_valid(signs)
+    moved = signs.to(device=device, dtype=torch.float32)
+    if known:
+        if moved is not signs:  # the same values on another device / dtype
+            mark_signs_valid(moved)
+        return n, moved
+    if not bool(((moved == 1) | (moved == -1)).all()):
         raise FormatError("RHT signs must all be +1 or -1")
-    return n, signs
+    if not torch.compiler.is_compiling():
+        mark_signs_valid(signs)
+        if moved is not signs:
+            mark_signs_valid(moved)
+    return n, moved
 
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
