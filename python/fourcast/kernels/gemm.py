@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from fourcast.errors import ShapeError
-from fourcast.kernels.quantize import SCALE_KIND, _decode, _pow2
+from fourcast.kernels.quantize import SCALE_KIND, _cdiv, _decode, _pow2
 from fourcast.kernels.utils import NAN_BYTE, SCALE_GRIDS, Packed, check_kernel_input, interpreting
 
 
@@ -173,7 +173,7 @@ def gemm(a: Packed, b: Packed, out_dtype=torch.bfloat16) -> torch.Tensor:
         raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}, itself a multiple of the blocks {blocks}")
     c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
     dummy = a.codes
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    grid = (_cdiv(m, bm) * _cdiv(n, bn),)
     _gemm_kernel[grid](
         a.codes, a.scales if a.scales.numel() else dummy, a.tensor_scale.reshape(1).float(),
         b.codes, b.scales if b.scales.numel() else dummy, b.tensor_scale.reshape(1).float(), c, m, n, k,

@@ -64,9 +64,12 @@ def _direct(*tensors) -> bool:
         return False
     grad = torch.is_grad_enabled()
     for t in tensors:
-        if t is not None and (type(t) is not torch.Tensor or (grad and t.requires_grad)):
+        if t is not None and (type(t) not in _PLAIN_TYPES or (grad and t.requires_grad)):
             return False
     return True
+
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # no __torch_function__ / dispatch behaviour of their own
 
 
 def _fmt_dict(key: str) -> dict:
