@@ -49,7 +49,7 @@ PY
 log "evidence runs: $STEPS steps each, gemm-path=dequant (the exact emulation path)"
 for r in bf16 nvfp4 mxfp4 ue5m3 ufp4 ufp4-int4; do
   extra=()
-  case $r in nvfp4|ufp4) extra=(--capture-every $((STEPS / 2))) ;; esac
+  case $r in nvfp4|ufp4) [ "${CAPTURE:-1}" = 1 ] && extra=(--capture-every $((STEPS / 2))) ;; esac
   log "train $r"
   timeout 100 fourcast train --recipe "$r" "${COMMON[@]}" --steps "$STEPS" --gemm-path dequant --profile-steps 3 \
     "${extra[@]}" --out "$RUNS/$r" --json > "$RUNS/$r.json" 2> "$RUNS/$r.err" \
