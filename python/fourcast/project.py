@@ -14,8 +14,10 @@ Every measured op is re-costed on the target by `fourcast.hw.op_times`:
 - other (norms, SwiGLU, RoPE, loss, launch gaps): not modelled op by op; scaled by the
   ratio of HBM bandwidths (it is elementwise work), and reported as such.
 
-The H200 itself is costed the same way, so the report shows the model's error per op
-class against the measurement. Correction (``correct=True``, the default) multiplies a
+The H200 itself is costed the same way, except that its ops are tagged with how the run
+actually executed (`as_measured`: fourcast's Triton quantizers, eager torch GEMM regions),
+priced by the H200 file's fitted `[emulation]` costs, so the report shows the model's
+error per op class against the measurement. Correction (``correct=True``, the default) multiplies a
 target's class time by the H200 measured/predicted ratio for the classes whose H200
 measurement runs the same kind of kernel a target would (attention: fused SDPA;
 optimizer: torch AdamW). GEMMs and quantize passes are not corrected: on the H200 the
@@ -168,6 +170,26 @@ def cost(hw: Any, ops: list[tuple[str, dict, float]], native: Iterable[str] = ()
     return by
 
 
+def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
+    """`model_ops` tagged with how the H200 run actually executed, for the base prediction
+    only (targets keep vendor-grade pricing): quantize passes are fourcast's Triton
+    emulation quantizers (``"impl": "fourcast-triton"``), and each profiled GEMM region
+    (one eager torch call; a "dgrad+wgrad" region holds two GEMMs) pays the eager
+    per-region cost once (``"impl": "torch-eager"``). The costs are the H200 file's
+    ``[emulation]`` table, fitted by benchmarks/calibration/fit_emulation.py."""
+    out: list[tuple[str, dict, float]] = []
+    for op in prof["ops"]:
+        first = True
+        for cls, o, calls in model_ops({"ops": [op]}):
+            if cls == "quantize":
+                o = {**o, "impl": "fourcast-triton"}
+            elif cls == "gemm" and first:
+                o = {**o, "impl": "torch-eager"}
+                first = False
+            out.append((cls, o, calls))
+    return out
+
+
 @dataclass
 class Report:
     run: str
@@ -208,7 +230,7 @@ def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterabl
     step_ms = float(prof["step_time_ms"]["unprofiled"] or prof["step_time_ms"]["profiled"])
     measured_ms["step"] = step_ms
     base_hw = fchw.load(base)
-    base_pred = {c: s * 1e3 for c, s in cost(base_hw, ops).items()}
+    base_pred = {c: s * 1e3 for c, s in cost(base_hw, as_measured(prof)).items()}
     err = {c: (base_pred[c] - measured_ms[c]) / measured_ms[c] for c in base_pred if measured_ms.get(c, 0) > 0}
     ratio = {c: measured_ms[c] / base_pred[c] for c in CORRECTED if base_pred.get(c, 0) > 0 and measured_ms.get(c, 0) > 0}
     base_bw = _bandwidth(base_hw)

@@ -95,6 +95,20 @@ pub struct Eff {
     pub attention: f64,
     pub launch_s: f64,
     pub comm: f64,
+    /// Fixed cycles per flash-attention tile.
+    pub attn_tile_cycles: f64,
+}
+
+/// Fitted costs of the measured runs' own execution (see `profile::Emulation`): one call of
+/// fourcast's Triton quantizer (emulation, host- and
+/// instruction-bound at small sizes): `call_s + elems * s_per_elem + rotated * rht_s_per_elem`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EmulCost {
+    pub call_s: f64,
+    pub s_per_elem: f64,
+    pub rht_s_per_elem: f64,
+    /// Fixed cost of one profiled eager torch GEMM region.
+    pub eager_call_s: f64,
 }
 
 /// Hardware features switched on by what-if natives that are not MMA kinds.
@@ -131,6 +145,8 @@ pub struct Hw {
     pub kinds: Vec<Kind>,
     pub eff: Eff,
     pub fused: Fused,
+    /// How the measured runs executed on this GPU (`[emulation]`), if fitted.
+    pub emulation: Option<EmulCost>,
     /// Natives applied, as given ("ue5m3@0.5", ...).
     pub natives: Vec<String>,
     pub notes: Vec<String>,
@@ -198,8 +214,18 @@ impl Hw {
                 attention: e.attention.value,
                 launch_s: e.launch_us.value * 1e-6,
                 comm: e.comm.value,
+                attn_tile_cycles: e
+                    .attention_tile_cycles
+                    .as_ref()
+                    .map_or(super::attention::DEFAULT_TILE_CYCLES, |n| n.value),
             },
             fused: Fused::default(),
+            emulation: p.emulation.as_ref().map(|e| EmulCost {
+                call_s: e.triton_quant_call_us.value * 1e-6,
+                s_per_elem: e.triton_quant_ns_per_elem.value * 1e-9,
+                rht_s_per_elem: e.triton_quant_rht_ns_per_elem.value * 1e-9,
+                eager_call_s: e.torch_eager_call_us.value * 1e-6,
+            }),
             natives: vec![],
             notes: vec![],
         }

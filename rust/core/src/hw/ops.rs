@@ -19,7 +19,7 @@ use crate::recipe::TensorFormat;
 use super::attention::{attention_time, AttnShape};
 use super::datapath::{candidates, choose, describe};
 use super::gemm::Shape;
-use super::machine::Hw;
+use super::machine::{Class, EmulCost, Hw};
 use super::memory::{pass_time, quant_cost, Pass, QuantOut};
 use super::operand::{Elem, Operand, ScaleFmt};
 
@@ -105,6 +105,10 @@ pub enum Op {
         b: Option<FormatSpec>,
         #[serde(default = "two")]
         out_bytes: f64,
+        /// Absent = the kernel alone; "torch-eager" = as timed in a profiled eager run on a
+        /// GPU with fitted `[emulation]` costs (adds the per-region dispatch cost).
+        #[serde(default, rename = "impl")]
+        implementation: Option<String>,
     },
     Memory {
         #[serde(default)]
@@ -128,6 +132,12 @@ pub enum Op {
         refresh: u32,
         #[serde(default = "two")]
         src_bytes: f64,
+        /// Which quantizer ran: absent = a vendor-grade kernel (the model's own pricing);
+        /// "fourcast-triton" = fourcast's emulation quantizer, priced by the GPU's fitted
+        /// `[emulation]` costs. Only for GPUs without FP4 MMAs (it explains a measured
+        /// Hopper run; targets are never priced this way).
+        #[serde(default, rename = "impl")]
+        implementation: Option<String>,
     },
     Attention {
         batch: f64,
@@ -144,6 +154,58 @@ pub enum Op {
         #[serde(default)]
         precision: Option<String>,
     },
+}
+
+/// The GPU's fitted `[emulation]` costs, or an error saying it has none.
+fn emulation(hw: &Hw) -> Result<EmulCost> {
+    hw.emulation.ok_or_else(|| {
+        Error::invalid(
+            Domain::Hardware,
+            format!(
+                "{} has no [emulation] costs (fitted only where a measured run needs them)",
+                hw.name
+            ),
+        )
+    })
+}
+
+/// Seconds of one call of fourcast's Triton quantizer, when `implementation` asks for it.
+fn emulated_quant_s(
+    hw: &Hw,
+    implementation: Option<&str>,
+    numel: f64,
+    outs: &[QuantOut],
+) -> Result<Option<f64>> {
+    match implementation {
+        None | Some("vendor") => Ok(None),
+        Some("fourcast-triton") => {
+            if hw.kinds.iter().any(|k| k.class == Class::Fp4) {
+                return Err(Error::invalid(
+                    Domain::Hardware,
+                    format!(
+                        "{} has FP4 MMAs: the fourcast-triton emulation cost only describes GPUs without them",
+                        hw.name
+                    ),
+                ));
+            }
+            let e = emulation(hw)?;
+            let elems: f64 = outs.iter().map(|o| numel * o.copies as f64).sum();
+            let rotated: f64 = outs
+                .iter()
+                .filter(|o| o.rht > 0)
+                .map(|o| numel * o.copies as f64)
+                .sum();
+            Ok(Some(
+                e.call_s + elems * e.s_per_elem + rotated * e.rht_s_per_elem,
+            ))
+        }
+        Some(other) => Err(Error::unknown(
+            Domain::Config,
+            "quantize impl",
+            other,
+            &["vendor", "fourcast-triton"],
+        )),
+    }
 }
 
 /// The cost of one op.
@@ -228,6 +290,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             a,
             b,
             out_bytes,
+            implementation,
         } => {
             let both = opt_operand(format)?.unwrap_or(Operand::BF16);
             let oa = opt_operand(a)?.unwrap_or(both);
@@ -241,9 +304,24 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             let g = gemm(hw, &s, &oa, &ob, *out_bytes)?;
             detail.insert("gemm_s", g.gemm_s);
             detail.insert("conversion_s", g.conversion_s);
+            let eager = match implementation.as_deref() {
+                None | Some("vendor") => 0.0,
+                Some("torch-eager") => emulation(hw)?.eager_call_s,
+                Some(other) => {
+                    return Err(Error::unknown(
+                        Domain::Config,
+                        "gemm impl",
+                        other,
+                        &["vendor", "torch-eager"],
+                    ))
+                }
+            };
+            if eager > 0.0 {
+                detail.insert("eager_s", eager);
+            }
             OpReport {
                 op: "gemm",
-                time_s: g.time_s,
+                time_s: g.time_s + eager,
                 bound: g.bound,
                 kind: Some(g.kind),
                 path: Some(g.path),
@@ -324,6 +402,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             outputs,
             refresh,
             src_bytes,
+            implementation,
         } => {
             if *refresh == 0 || !(numel.is_finite() && *numel >= 0.0) {
                 return Err(Error::invalid(
@@ -370,6 +449,10 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 });
             }
             let q = quant_cost(hw, *numel, *src_bytes, &outs, *refresh);
+            let emulated = emulated_quant_s(hw, implementation.as_deref(), *numel, &outs)?;
+            if let Some(t) = emulated {
+                detail.insert("emulation_s", t);
+            }
             detail.insert("amax_s", q.amax);
             detail.insert("quantize_s", q.quantize);
             detail.insert("rht_s", q.rht);
@@ -377,8 +460,13 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             detail.insert("launches", q.passes);
             OpReport {
                 op: "quantize",
-                time_s: q.total(),
-                bound: "memory",
+                // Never below the vendor-grade (memory-roofline) price.
+                time_s: emulated.map_or(q.total(), |t| t.max(q.total())),
+                bound: if emulated.is_some_and(|t| t > q.total()) {
+                    "emulation"
+                } else {
+                    "memory"
+                },
                 kind: None,
                 path: None,
                 tflops: None,

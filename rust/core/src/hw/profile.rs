@@ -132,6 +132,10 @@ pub struct Efficiency {
     pub attention: Num,
     pub launch_us: Num,
     pub comm: Num,
+    /// Fixed cycles per flash-attention tile (Q load, softmax finish, O store); absent =
+    /// `attention::DEFAULT_TILE_CYCLES`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_tile_cycles: Option<Num>,
 }
 
 /// A hardware file as written.
@@ -153,6 +157,24 @@ pub struct Profile {
     pub gemm: GemmTiles,
     pub mma: Vec<MmaKind>,
     pub efficiency: Efficiency,
+    /// Costs of fourcast's own emulation kernels on this GPU (only used when an op asks
+    /// for them with `"impl": "fourcast-triton"`; targets never do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emulation: Option<Emulation>,
+}
+
+/// Fitted costs of how the measured H200 runs executed (not of vendor-grade kernels):
+/// fourcast's Triton quantizers per call, per element written (each output copy) and per
+/// rotated element; and the fixed cost of an eager torch GEMM region.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Emulation {
+    pub triton_quant_call_us: Num,
+    pub triton_quant_ns_per_elem: Num,
+    pub triton_quant_rht_ns_per_elem: Num,
+    /// Fixed cost of one profiled eager torch GEMM region (host dispatch exposed in the
+    /// CUDA-event timing of a host-bound stream); ops opt in with `"impl": "torch-eager"`.
+    pub torch_eager_call_us: Num,
 }
 
 /// Names of the built-in GPUs.
@@ -311,13 +333,41 @@ impl Profile {
                 ));
             }
         }
+        let default_attn = Num {
+            value: 0.0,
+            source: String::new(),
+            confidence: "derived".into(),
+        };
         for (path, n) in [
             ("efficiency.tile_overhead_cycles", &e.tile_overhead_cycles),
             ("efficiency.launch_us", &e.launch_us),
+            (
+                "efficiency.attention_tile_cycles",
+                e.attention_tile_cycles.as_ref().unwrap_or(&default_attn),
+            ),
         ] {
             check_num(path, n)?;
             if n.value < 0.0 {
                 return Err((path.into(), format!("must be >= 0, got {}", n.value)));
+            }
+        }
+        if let Some(em) = &self.emulation {
+            for (path, n) in [
+                ("emulation.triton_quant_call_us", &em.triton_quant_call_us),
+                (
+                    "emulation.triton_quant_ns_per_elem",
+                    &em.triton_quant_ns_per_elem,
+                ),
+                (
+                    "emulation.triton_quant_rht_ns_per_elem",
+                    &em.triton_quant_rht_ns_per_elem,
+                ),
+                ("emulation.torch_eager_call_us", &em.torch_eager_call_us),
+            ] {
+                check_num(path, n)?;
+                if n.value < 0.0 {
+                    return Err((path.into(), format!("must be >= 0, got {}", n.value)));
+                }
             }
         }
         check_conf("features.hw_sr", &self.features.hw_sr.confidence)?;

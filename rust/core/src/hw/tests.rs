@@ -498,3 +498,145 @@ fn calibration_cases_stay_within_committed_error() {
     let median = errors[errors.len() / 2];
     assert!(median <= 0.10, "median calibration error {median}");
 }
+
+fn triton_quant(numel: f64, rht: u32, imp: Option<&str>) -> String {
+    let imp = imp.map_or(String::new(), |i| format!(r#", "impl": "{i}""#));
+    format!(
+        r#"{{"op": "quantize", "numel": {numel}, "outputs": [{{"format": "nvfp4", "rht": {rht}}}, {{"format": "nvfp4", "rht": {rht}, "transposed_copy": true}}]{imp}}}"#
+    )
+}
+
+#[test]
+fn emulated_quantizer_is_monotone_and_never_below_vendor_price() {
+    let h = hw("h200");
+    let mut last = 0.0;
+    for numel in [1e3, 1e5, 1e6, 1e7, 3e7, 1e8, 1e9] {
+        for rht in [0, 16] {
+            let vendor = op_time(&h, &parse_op(&triton_quant(numel, rht, None)).unwrap()).unwrap();
+            let emul = op_time(
+                &h,
+                &parse_op(&triton_quant(numel, rht, Some("fourcast-triton"))).unwrap(),
+            )
+            .unwrap();
+            assert!(emul.time_s >= vendor.time_s, "{numel} {rht}");
+            assert!(emul.detail.contains_key("emulation_s"));
+            if rht == 0 {
+                assert!(emul.time_s >= last, "monotone in numel at {numel}");
+                last = emul.time_s;
+            }
+        }
+    }
+    // The per-call cost dominates small passes: a 1k-element pass costs ~ the fixed term.
+    let small = op_time(
+        &h,
+        &parse_op(&triton_quant(1e3, 0, Some("fourcast-triton"))).unwrap(),
+    )
+    .unwrap();
+    assert!(small.time_s >= h.emulation.unwrap().call_s);
+}
+
+#[test]
+fn emulated_quantizer_only_where_fp4_is_missing() {
+    let op = parse_op(&triton_quant(1e6, 0, Some("fourcast-triton"))).unwrap();
+    let err = op_time(&hw("b200"), &op).unwrap_err().to_string();
+    assert!(err.contains("FP4"), "{err}");
+    // A GPU without fitted emulation costs says so rather than guessing.
+    let err = op_time(&hw("mi300x"), &op).unwrap_err().to_string();
+    assert!(err.contains("emulation"), "{err}");
+    let bad = parse_op(&triton_quant(1e6, 0, Some("cuda-magic"))).unwrap();
+    assert!(op_time(&hw("h200"), &bad).is_err());
+    // Untagged ops keep the vendor-grade price on every GPU.
+    let plain = parse_op(&triton_quant(1e6, 0, None)).unwrap();
+    let vendor = op_time(&hw("b200"), &plain).unwrap();
+    assert!(!vendor.detail.contains_key("emulation_s"));
+}
+
+fn attn(h: &Hw, batch: f64, seq: f64, head_dim: f64) -> (f64, f64) {
+    let s = super::attention::AttnShape {
+        batch,
+        seq,
+        heads: 16.0,
+        kv_heads: 16.0,
+        head_dim,
+        causal: true,
+        fp8: false,
+    };
+    let (f, b, _) = super::attention::attention_time(h, &s).unwrap();
+    let rate = h.bf16_peak() * h.eff.attention;
+    // Never below the FLOP roofline at the sustained rate (plus the launch).
+    assert!(
+        f >= s.fwd_flops() / rate + h.eff.launch_s,
+        "fwd below roofline"
+    );
+    assert!(
+        b >= 2.5 * s.fwd_flops() / rate + h.eff.launch_s,
+        "bwd below roofline"
+    );
+    (f, b)
+}
+
+#[test]
+fn attention_tile_cost_is_monotone_and_fades_at_long_sequences() {
+    for name in ["h200", "b200", "mi355x"] {
+        let h = hw(name);
+        let mut last = (0.0, 0.0);
+        for seq in [128.0, 512.0, 1024.0, 4096.0, 8192.0] {
+            let t = attn(&h, 8.0, seq, 64.0);
+            assert!(t.0 > last.0 && t.1 > last.1, "{name} monotone in seq");
+            last = t;
+        }
+        let mut last = 0.0;
+        for batch in [1.0, 4.0, 32.0, 128.0] {
+            let t = attn(&h, batch, 2048.0, 128.0).0;
+            assert!(t >= last, "{name} monotone in batch");
+            last = t;
+        }
+    }
+    // Short, small-head attention pays the fixed tile cost; at LLM shapes it stays small.
+    let h = hw("h200");
+    let roof = |seq: f64, d: f64| {
+        let flops = 4.0 * 32.0 * seq * seq * 16.0 * d / 2.0;
+        flops / (h.bf16_peak() * h.eff.attention)
+    };
+    assert!(attn(&h, 32.0, 512.0, 64.0).0 > 2.0 * roof(512.0, 64.0));
+    assert!(attn(&h, 32.0, 8192.0, 128.0).0 < 1.2 * roof(8192.0, 128.0));
+}
+
+#[test]
+fn eager_gemm_region_adds_a_fixed_cost_only_when_asked() {
+    let h = hw("h200");
+    let plain = |m: u64| {
+        op_time(
+            &h,
+            &parse_op(&format!(
+                r#"{{"op": "gemm", "m": {m}, "n": 640, "k": 640}}"#
+            ))
+            .unwrap(),
+        )
+        .unwrap()
+        .time_s
+    };
+    let eager = |m: u64| {
+        op_time(
+            &h,
+            &parse_op(&format!(
+                r#"{{"op": "gemm", "m": {m}, "n": 640, "k": 640, "impl": "torch-eager"}}"#
+            ))
+            .unwrap(),
+        )
+        .unwrap()
+        .time_s
+    };
+    let call = h.emulation.unwrap().eager_call_s;
+    assert!(call > 0.0);
+    let mut last = 0.0;
+    for m in [256, 4096, 16384, 65536] {
+        assert!((eager(m) - plain(m) - call).abs() < 1e-12);
+        assert!(eager(m) > last);
+        last = eager(m);
+    }
+    // Targets have no [emulation] table: asking for it there is an error, not a guess.
+    let op =
+        parse_op(r#"{"op": "gemm", "m": 64, "n": 64, "k": 64, "impl": "torch-eager"}"#).unwrap();
+    assert!(op_time(&hw("b200"), &op).is_err());
+}

@@ -1,0 +1,154 @@
+"""Fit the H200 terms that explain the profiled training runs (training-h200-run2/<recipe>/
+profile.json) with an honest fit / hold-out split, and print per-recipe class errors.
+
+- attention: `efficiency.attention_tile_cycles` (fixed cycles per flash-attention tile, the
+  small-shape term of rust/core/src/hw/attention.rs), fitted on every run's attention ops
+  (all runs share one shape, B=32 H=10 T=512 D=64: a one-shape fit, nothing held out).
+- gemm: `emulation.torch_eager_call_us` (fixed cost of one eager GEMM region as the CUDA
+  events time it), fitted on the BF16 run's GEMMs only; the FP4 runs' GEMMs are held out.
+- quantize: `emulation.triton_quant_*` (fourcast's Triton quantizers: per call, per element
+  written, per rotated element), least squares weighted by calls, on the quantize ops of
+  QUANT_FIT; QUANT_HELD_OUT are predicted, not fitted.
+
+    python benchmarks/calibration/fit_emulation.py [--write]   # --write updates hwmodels/h200.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+
+import numpy as np
+
+from fourcast import hw as fchw
+from fourcast import project as P
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RUNS = ROOT / "benchmarks/results/training-h200-run2"
+RECIPES = ("bf16", "nvfp4", "mxfp4", "ue5m3", "ufp4", "ufp4-int4")
+GEMM_FIT = ("bf16",)
+QUANT_FIT = ("nvfp4", "mxfp4", "ue5m3")
+QUANT_HELD_OUT = ("ufp4", "ufp4-int4")
+ATTN_FIT = RECIPES
+
+
+def profile(recipe: str) -> dict:
+    return json.loads((RUNS / recipe / "profile.json").read_text())
+
+
+def quant_features(q: dict) -> list[float]:
+    """[1, elements written, rotated elements written] of a quantize op, as Rust counts them."""
+    n = float(q["numel"])
+    copies = [2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"]]
+    rotated = [c for c, o in zip(copies, q["outputs"]) if o["rht"] > 0]
+    return [1.0, n * sum(copies), n * sum(rotated)]
+
+
+def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    X, y, w = [], [], []
+    for op in profile(recipe)["ops"]:
+        if op["kind"] != "quantize":
+            continue
+        for _, q, calls in P.model_ops({"ops": [op]}):
+            X.append(quant_features(q))
+            y.append(float(op["ms_per_call"]) * 1e-3)
+            w.append(calls)
+    return np.array(X), np.array(y), np.array(w)
+
+
+def fit_quant() -> np.ndarray:
+    parts = [quant_rows(r) for r in QUANT_FIT]
+    X = np.vstack([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    w = np.sqrt(np.concatenate([p[2] for p in parts]))
+    coef, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+    return np.maximum(coef, 0.0)
+
+
+def class_ms(hw: fchw.Hardware, recipe: str, cls: str) -> tuple[float, float]:
+    """(measured, model) ms per step of one class, base ops tagged as measured."""
+    prof = profile(recipe)
+    ops = [o for o in P.as_measured(prof) if o[0] == cls]
+    model = sum(r.time_s * c for r, (_, _, c) in zip(fchw.op_times(hw, [o for _, o, _ in ops]), ops)) * 1e3
+    return float(prof["classes"].get(cls, 0.0)), model
+
+
+def fit_attention(hw: fchw.Hardware) -> float:
+    """Tile cycles making the attention class total (all runs) match; bisection (monotone)."""
+    meas = sum(class_ms(hw, r, "attention")[0] for r in ATTN_FIT)
+    lo, hi = 0.0, 1e5
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        h = hw.set("efficiency.attention_tile_cycles", mid)
+        model = sum(class_ms(h, r, "attention")[1] for r in ATTN_FIT)
+        lo, hi = (mid, hi) if model < meas else (lo, mid)
+    return (lo + hi) / 2
+
+
+def fit_gemm(hw: fchw.Hardware) -> float:
+    """Per-region eager cost closing the BF16 GEMM class (model is linear in it)."""
+    h0 = hw.set("emulation.torch_eager_call_us", 0.0)
+    meas, model0 = map(sum, zip(*(class_ms(h0, r, "gemm") for r in GEMM_FIT)))
+    regions = sum(float(op["calls_per_step"]) for r in GEMM_FIT for op in profile(r)["ops"] if op["kind"] == "gemm")
+    return max(0.0, (meas - model0) / regions * 1e3)
+
+
+def errors(hw: fchw.Hardware) -> dict:
+    """{recipe: {class: (measured ms, model ms, error)}} for the three major classes."""
+    out = {}
+    for r in RECIPES:
+        out[r] = {}
+        for cls in ("gemm", "quantize", "attention"):
+            m, p = class_ms(hw, r, cls)
+            if m > 0:
+                out[r][cls] = (m, p, p / m - 1)
+    return out
+
+
+def write_toml(values: dict) -> None:
+    path = ROOT / "hwmodels/h200.toml"
+    text = path.read_text()
+    for key, (value, src) in values.items():
+        line = f'{key} = {{ value = {value}, source = "{src}", confidence = "measured" }}'
+        text, n = re.subn(rf"^{key} = .*$", line, text, flags=re.M)
+        if n != 1:
+            raise SystemExit(f"hwmodels/h200.toml: no single line for {key}")
+    path.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
+    args = ap.parse_args()
+    hw = fchw.load("h200")
+    tile = round(fit_attention(hw), -1)
+    hw = hw.set("efficiency.attention_tile_cycles", tile)
+    eager = round(fit_gemm(hw), 2)
+    hw = hw.set("emulation.torch_eager_call_us", eager)
+    c = fit_quant()
+    call_us, ns, rht_ns = round(c[0] * 1e6, 2), round(c[1] * 1e9, 5), round(c[2] * 1e9, 5)
+    for key, v in (("triton_quant_call_us", call_us), ("triton_quant_ns_per_elem", ns),
+                   ("triton_quant_rht_ns_per_elem", rht_ns)):
+        hw = hw.set(f"emulation.{key}", v)
+    print(f"attention_tile_cycles {tile:.0f}; torch_eager_call_us {eager:.2f}; "
+          f"triton quant: {call_us:.2f} us/call, {ns:.5f} ns/elem, rht {rht_ns:.5f} ns/elem")
+    role = {"gemm": GEMM_FIT, "quantize": QUANT_FIT, "attention": ATTN_FIT}
+    for r, row in errors(hw).items():
+        cells = [f"{cls} {m:6.1f}/{p:6.1f} {e:+6.1%} ({'fit' if r in role[cls] else 'held out'})"
+                 for cls, (m, p, e) in row.items()]
+        print(f"{r:10s} " + "  ".join(cells))
+    if args.write:
+        run = "training-h200-run2"
+        write_toml({
+            "attention_tile_cycles": (tile, f"fit: benchmarks/calibration/fit_emulation.py (attention ops of all six {run} runs; one shape B=32 H=10 T=512 D=64)"),
+            "torch_eager_call_us": (eager, f"fit: benchmarks/calibration/fit_emulation.py (GEMM regions of {run}/bf16; FP4 runs held out)"),
+            "triton_quant_call_us": (call_us, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),
+            "triton_quant_ns_per_elem": (ns, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),
+            "triton_quant_rht_ns_per_elem": (rht_ns, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),
+        })
+
+
+if __name__ == "__main__":
+    main()
