@@ -1,11 +1,14 @@
 """Projection of a measured profile onto other GPUs (fourcast/project.py)."""
 
 import json
+import pathlib
 
 import pytest
 
+from fourcast import hw as fchw
 from fourcast import project
 from fourcast.cli import main
+from fourcast.errors import HardwareError
 
 NV = "e2m1/e4m3x16"
 
@@ -114,3 +117,44 @@ def test_other_from_a_bf16_run(tmp_path, run_dir):
     (bf16 / "profile.json").write_text(json.dumps(prof))
     with pytest.raises(project.ProjectionError, match="not the same model"):
         project.project(run_dir, ["b200"], other_from=bf16)
+
+
+# Committed H200 model-vs-measured bounds on the training-h200-run2 profiles: |error| per
+# (recipe, class) must stay within these (the current error rounded up to the next percent).
+# Held out = not used to fit that class's H200 term (benchmarks/calibration/fit_emulation.py).
+RUN2 = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run2"
+HELD_OUT_BOUNDS = {
+    ("nvfp4", "gemm"): 0.13, ("mxfp4", "gemm"): 0.19, ("ue5m3", "gemm"): 0.05,
+    ("ufp4", "gemm"): 0.16, ("ufp4-int4", "gemm"): 0.07,
+    ("ufp4", "quantize"): 0.31, ("ufp4-int4", "quantize"): 0.10,
+}
+FIT_BOUNDS = {
+    ("bf16", "gemm"): 0.01,
+    ("nvfp4", "quantize"): 0.10, ("mxfp4", "quantize"): 0.09, ("ue5m3", "quantize"): 0.02,
+    **{(r, "attention"): b for r, b in
+       (("bf16", 0.13), ("nvfp4", 0.09), ("mxfp4", 0.01), ("ue5m3", 0.12), ("ufp4", 0.21), ("ufp4-int4", 0.15))},
+}
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "nvfp4", "mxfp4", "ue5m3", "ufp4", "ufp4-int4"])
+def test_h200_prediction_stays_within_committed_bounds(recipe):
+    rep = project.project(RUN2 / recipe, [])
+    for (r, cls), bound in {**HELD_OUT_BOUNDS, **FIT_BOUNDS}.items():
+        if r == recipe:
+            err = rep.h200_error[cls]
+            assert abs(err) <= bound, f"{recipe} {cls}: {err:+.1%} outside committed {bound:.0%}"
+
+
+def test_emulation_costs_only_price_the_h200_base():
+    prof = project.load_profile(RUN2 / "nvfp4")
+    base = project.as_measured(prof)
+    assert any(o.get("impl") == "fourcast-triton" for c, o, _ in base if c == "quantize")
+    # One eager cost per profiled GEMM region: a dgrad+wgrad region's second GEMM is untagged.
+    regions = sum(1 for op in prof["ops"] if op["kind"] == "gemm")
+    assert sum(1 for c, o, _ in base if c == "gemm" and o.get("impl") == "torch-eager") == regions
+    # Targets are costed from the untagged ops and reject the tags outright.
+    assert all("impl" not in o for _, o, _ in project.model_ops(prof))
+    with pytest.raises(HardwareError, match="FP4 MMAs"):
+        project.cost(fchw.load("b200"), [t for t in base if t[0] == "quantize"][:1])
+    with pytest.raises(HardwareError, match="no \\[emulation\\]"):
+        project.cost(fchw.load("b200"), [t for t in base if t[0] == "gemm"][:1])
