@@ -71,8 +71,7 @@ def class_ms(hw: fchw.Hardware, recipe: str, cls: str) -> tuple[float, float]:
     """(measured, model) ms per step of one class, base ops tagged as measured."""
     prof = profile(recipe)
     ops = [o for o in P.as_measured(prof) if o[0] == cls]
-    model = sum(r.time_s * c for r, (_, _, c) in zip(fchw.op_times(hw, [o for _, o, _ in ops]), ops)) * 1e3
-    return float(prof["classes"].get(cls, 0.0)), model
+    return float(prof["classes"].get(cls, 0.0)), P.cost(hw, ops).get(cls, 0.0) * 1e3
 
 
 def fit_attention(hw: fchw.Hardware) -> float:

@@ -165,8 +165,11 @@ def cost(hw: Any, ops: list[tuple[str, dict, float]], native: Iterable[str] = ()
     """Seconds per step by class on one GPU."""
     results = fchw.op_times(hw, [o for _, o, _ in ops], native=list(native))
     by: dict[str, float] = {}
-    for (cls, _, calls), r in zip(ops, results):
-        by[cls] = by.get(cls, 0.0) + r.time_s * calls
+    for (cls, o, calls), r in zip(ops, results):
+        # A profile times attention's forward and backward as separate ops; the model's
+        # backward op prices both, so a measured backward op takes only its bwd part.
+        t = r.detail["bwd_s"] if o["op"] == "attention" and o["backward"] else r.time_s
+        by[cls] = by.get(cls, 0.0) + t * calls
     return by
 
 

@@ -68,7 +68,7 @@ const BLOCK: f64 = 128.0;
 /// Fixed cycles per attention tile for GPUs whose file does not give
 /// `efficiency.attention_tile_cycles`: the H200 fit (benchmarks/calibration/fit_emulation.py,
 /// torch SDPA in the training-h200-run2 profiles), the only measurement there is.
-pub const DEFAULT_TILE_CYCLES: f64 = 11970.0;
+pub const DEFAULT_TILE_CYCLES: f64 = 20560.0;
 
 /// Seconds of the matmul part (`work` = 1 forward, 2.5 backward) by tiles.
 fn tiled_mma_s(hw: &Hw, s: &AttnShape, rate: f64, work: f64) -> f64 {
