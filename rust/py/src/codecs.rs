@@ -10,8 +10,10 @@ use fourcast_core::quant::{self, layout, threads, Axis, Block, Format, Options, 
 use fourcast_core::rng;
 use fourcast_core::rounding::Rounding;
 use fourcast_core::{Domain, Error};
+use numpy::ndarray::Dimension;
 use numpy::{
-    PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods,
+    PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray, PyReadonlyArray1, PyReadonlyArray2,
+    PyUntypedArrayMethods,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -34,12 +36,10 @@ fn detached<T: Send>(
     .py_err()
 }
 
-fn slice<'a, T: numpy::Element>(a: &'a PyReadonlyArray2<'_, T>) -> PyResult<&'a [T]> {
-    a.as_slice()
-        .map_err(|_| pyo3::exceptions::PyValueError::new_err("array must be C-contiguous"))
-}
-
-fn slice1<'a, T: numpy::Element>(a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
+/// The data of a C-contiguous array of any rank.
+fn slice<'a, T: numpy::Element, D: Dimension>(
+    a: &'a PyReadonlyArray<'_, T, D>,
+) -> PyResult<&'a [T]> {
     a.as_slice()
         .map_err(|_| pyo3::exceptions::PyValueError::new_err("array must be C-contiguous"))
 }
@@ -179,7 +179,7 @@ fn encode<'py>(
 ) -> PyResult<Bound<'py, PyArray1<u8>>> {
     let c = Codec::parse(codec).py_err()?;
     let mode = Rounding::parse(rounding).py_err()?;
-    let data = slice1(&x)?;
+    let data = slice(&x)?;
     let out = detached(py, || quant::encode_values(data, c, mode, seed, offset))?;
     Ok(PyArray1::from_vec(py, out))
 }
@@ -192,7 +192,7 @@ fn decode<'py>(
     codec: &str,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
     let c = Codec::parse(codec).py_err()?;
-    let out: Vec<f32> = slice1(&codes)?.iter().map(|&b| c.decode(b)).collect();
+    let out: Vec<f32> = slice(&codes)?.iter().map(|&b| c.decode(b)).collect();
     Ok(PyArray1::from_vec(py, out))
 }
 
@@ -233,7 +233,7 @@ fn philox<'py>(
     seed: u64,
     offsets: PyReadonlyArray1<'py, u64>,
 ) -> PyResult<Bound<'py, PyArray2<u32>>> {
-    let offs = slice1(&offsets)?;
+    let offs = slice(&offsets)?;
     let n = offs.len();
     let out = detached(py, || Ok(rng::randint4x_batch(seed, offs)))?;
     to2d(py, out, n, 4)
@@ -252,7 +252,7 @@ fn philox_uniform<'py>(
     seed: u64,
     offsets: PyReadonlyArray1<'py, u64>,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-    let offs = slice1(&offsets)?;
+    let offs = slice(&offsets)?;
     let out = detached(py, || Ok(rng::rand_batch(seed, offs)))?;
     Ok(PyArray1::from_vec(py, out))
 }
@@ -271,35 +271,29 @@ fn rht_signs<'py>(
     ))
 }
 
-/// RHT of a float32 (rows, cols) array along the last axis or axis 0.
-#[pyfunction]
-fn rht_f32<'py>(
-    py: Python<'py>,
-    x: PyReadonlyArray2<'py, f32>,
-    n: usize,
-    signs: PyReadonlyArray1<'py, f64>,
-    axis0: bool,
-) -> PyResult<Bound<'py, PyArray2<f32>>> {
-    let (r, c) = (x.shape()[0], x.shape()[1]);
-    let (data, s) = (slice(&x)?, slice1(&signs)?);
-    let out = detached(py, || hadamard::rht(data, r, c, n, s, axis0))?;
-    to2d(py, out, r, c)
+/// One `#[pyfunction]` per float type: the RHT of a (rows, cols) array along the
+/// last axis or axis 0, in the input's precision.
+macro_rules! rht_binding {
+    ($name:ident, $t:ty, $numpy:literal) => {
+        #[doc = concat!("RHT of a ", $numpy, " (rows, cols) array along the last axis or axis 0.")]
+        #[pyfunction]
+        fn $name<'py>(
+            py: Python<'py>,
+            x: PyReadonlyArray2<'py, $t>,
+            n: usize,
+            signs: PyReadonlyArray1<'py, f64>,
+            axis0: bool,
+        ) -> PyResult<Bound<'py, PyArray2<$t>>> {
+            let (r, c) = (x.shape()[0], x.shape()[1]);
+            let (data, s) = (slice(&x)?, slice(&signs)?);
+            let out = detached(py, || hadamard::rht(data, r, c, n, s, axis0))?;
+            to2d(py, out, r, c)
+        }
+    };
 }
 
-/// RHT of a float64 (rows, cols) array along the last axis or axis 0.
-#[pyfunction]
-fn rht_f64<'py>(
-    py: Python<'py>,
-    x: PyReadonlyArray2<'py, f64>,
-    n: usize,
-    signs: PyReadonlyArray1<'py, f64>,
-    axis0: bool,
-) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let (r, c) = (x.shape()[0], x.shape()[1]);
-    let (data, s) = (slice(&x)?, slice1(&signs)?);
-    let out = detached(py, || hadamard::rht(data, r, c, n, s, axis0))?;
-    to2d(py, out, r, c)
-}
+rht_binding!(rht_f32, f32, "float32");
+rht_binding!(rht_f64, f64, "float64");
 
 /// A preset's fields: element, scale, block, rule, scale_max.
 #[pyfunction]
