@@ -593,32 +593,43 @@ fn quantize_rows(
         .zip(scales.par_chunks_mut(per_task))
         .zip(x.par_chunks(per_task * b))
         .enumerate()
-        .map(|(task, ((c, s), xs))| rows_task_best(t, el, opts, b, task * per_task * b, xs, c, s))
+        .map(|(i, ((c, s), xs))| {
+            let task = RowTask {
+                t,
+                el,
+                opts,
+                b,
+                first: i * per_task * b,
+            };
+            rows_task_best(&task, xs, c, s)
+        })
         .reduce(|| 0, u32::max);
     (codes, scales, seen)
 }
 
-/// One task of the row-wise pass: blocks of `xs` (first element index `first`) into
-/// codes `c` and scale bytes `s`. Returns the largest magnitude bits seen.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn rows_task(
-    t: &Tensor,
+/// What one task of the row-wise pass works with besides its slices: the tensor
+/// state, element grid, options, block size and the flat index of its first element.
+struct RowTask<'a> {
+    t: &'a Tensor,
     el: Element,
-    opts: &Options,
+    opts: &'a Options,
     b: usize,
     first: usize,
-    xs: &[f32],
-    c: &mut [u8],
-    s: &mut [u8],
-) -> MaxBits {
+}
+
+/// One task of the row-wise pass: blocks of `xs` into codes `c` and scale bytes `s`.
+/// Returns the largest magnitude bits seen.
+#[inline(always)]
+fn rows_task(task: &RowTask, xs: &[f32], c: &mut [u8], s: &mut [u8]) -> MaxBits {
+    let b = task.b;
     let mut seen = 0u32;
     for (k, (xb, cb)) in xs.chunks(b).zip(c.chunks_mut(b / 2)).enumerate() {
         let bits = block_amax_bits(xb);
         seen = seen.max(bits);
-        let (byte, mult) = t.block(f32::from_bits(bits));
+        let (byte, mult) = task.t.block(f32::from_bits(bits));
         s[k] = byte;
-        encode_run(el, t, xb, mult, opts, first + k * b, cb);
+        let first = task.first + k * b;
+        encode_run(task.el, task.t, xb, mult, task.opts, first, cb);
     }
     seen
 }
@@ -626,37 +637,17 @@ fn rows_task(
 /// `rows_task` compiled for AVX2 (8-lane loops); same IEEE operations, same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_task_avx2(
-    t: &Tensor,
-    el: Element,
-    opts: &Options,
-    b: usize,
-    first: usize,
-    xs: &[f32],
-    c: &mut [u8],
-    s: &mut [u8],
-) -> MaxBits {
-    rows_task(t, el, opts, b, first, xs, c, s)
+unsafe fn rows_task_avx2(task: &RowTask, xs: &[f32], c: &mut [u8], s: &mut [u8]) -> MaxBits {
+    rows_task(task, xs, c, s)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn rows_task_best(
-    t: &Tensor,
-    el: Element,
-    opts: &Options,
-    b: usize,
-    first: usize,
-    xs: &[f32],
-    c: &mut [u8],
-    s: &mut [u8],
-) -> MaxBits {
+fn rows_task_best(task: &RowTask, xs: &[f32], c: &mut [u8], s: &mut [u8]) -> MaxBits {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2 (checked just above).
-        return unsafe { rows_task_avx2(t, el, opts, b, first, xs, c, s) };
+        return unsafe { rows_task_avx2(task, xs, c, s) };
     }
-    rows_task(t, el, opts, b, first, xs, c, s)
+    rows_task(task, xs, c, s)
 }
 
 fn quantize_tiles(
@@ -993,11 +984,16 @@ mod tests {
                     let b = fmt.block_elems();
                     let (mut c1, mut s1) = (vec![0u8; x.len() / 2], vec![0u8; x.len() / b]);
                     let (mut c2, mut s2) = (c1.clone(), s1.clone());
-                    let m1 = rows_task(&t, fmt.element, &opts, b, 0, &x, &mut c1, &mut s1);
-                    // SAFETY: AVX2 support checked at the top of the test.
-                    let m2 = unsafe {
-                        rows_task_avx2(&t, fmt.element, &opts, b, 0, &x, &mut c2, &mut s2)
+                    let task = RowTask {
+                        t: &t,
+                        el: fmt.element,
+                        opts: &opts,
+                        b,
+                        first: 0,
                     };
+                    let m1 = rows_task(&task, &x, &mut c1, &mut s1);
+                    // SAFETY: AVX2 support checked at the top of the test.
+                    let m2 = unsafe { rows_task_avx2(&task, &x, &mut c2, &mut s2) };
                     assert_eq!((c1, s1, m1), (c2, s2, m2), "{name} {rule:?} {rounding:?}");
                 }
             }
