@@ -15,6 +15,7 @@ from fourcast.kernels import ops
 from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
+from fourcast.kernels.testing import check_quantizer as check
 
 pytestmark = pytest.mark.gpu
 F = testing.FORMATS
@@ -38,22 +39,6 @@ def _poison(monkeypatch):
         return t
 
     monkeypatch.setattr(torch, "empty", poisoned)
-
-
-def check(x, fmt, **kw):
-    """Every comparison is made before asserting, so one failure does not hide the others."""
-    a = qk.quantize(x, fmt, **kw)
-    b = ref.quantize(x, fmt, **kw)
-    bad = testing.packed_diff(a, b)
-    want = ref.dequantize(b, x.dtype)
-    if not testing.same_float(fk.fake_quant(x, fmt, **kw), want):
-        bad.append("fake_quant != dequantize(reference)")
-    if not testing.same_float(qk.dequantize(a, x.dtype), want):
-        bad.append("Triton dequantize != reference dequantize")
-    if not testing.same_float(qk.dequantize(a, torch.float32), ref.dequantize(b, torch.float32)):
-        bad.append("Triton dequantize (f32) != reference")
-    assert bad == [], (fmt, kw, bad)
-    return a
 
 
 @pytest.mark.parametrize("name", ["nvfp4", "mxfp4", "ue5m3-2d", "ufp4", "ufp4-int4", "nvfp4-torchao",

@@ -13,6 +13,7 @@ from fourcast.kernels import hadamard, philox
 from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
+from fourcast.kernels.testing import check_quantizer as check
 from fourcast.kernels.utils import interpreting
 
 pytestmark = pytest.mark.interpret
@@ -23,22 +24,6 @@ S16 = ref.rht_signs(16, "per-layer", 9)
 
 def test_running_under_the_interpreter():
     assert interpreting(), "tests/interpret needs TRITON_INTERPRET=1 (set by tests/conftest.py without CUDA)"
-
-
-def check(x, fmt, **kw):
-    """Every comparison is made before asserting, so one failure does not hide the others."""
-    a = qk.quantize(x, fmt, **kw)
-    b = ref.quantize(x, fmt, **kw)
-    bad = testing.packed_diff(a, b)
-    want = ref.dequantize(b, x.dtype)
-    if not testing.same_float(fk.fake_quant(x, fmt, **kw), want):
-        bad.append("fake_quant != dequantize(reference)")
-    if not testing.same_float(qk.dequantize(a, x.dtype), want):
-        bad.append("Triton dequantize != reference dequantize")
-    if not testing.same_float(qk.dequantize(a, torch.float32), ref.dequantize(b, torch.float32)):
-        bad.append("Triton dequantize (f32) != reference")
-    assert bad == [], (fmt, kw, bad)
-    return a
 
 
 @pytest.mark.parametrize("name", sorted(F))

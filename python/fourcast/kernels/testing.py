@@ -123,6 +123,29 @@ def packed_diff(a: Packed, b: Packed) -> list[str]:
     return bad
 
 
+def check_quantizer(x: torch.Tensor, fmt, **kw) -> Packed:
+    """Triton quantize / dequantize / fake_quant of `x` against the PyTorch reference,
+    bit for bit; every comparison is made before failing, so one mismatch does not hide
+    the others. Returns the Triton Packed. Raises AssertionError naming what differs."""
+    # Imported here: the Triton kernels need triton, the rest of this module does not.
+    from fourcast.kernels import fake_quant as fk
+    from fourcast.kernels import quantize as qk
+
+    a = qk.quantize(x, fmt, **kw)
+    b = reference.quantize(x, fmt, **kw)
+    bad = packed_diff(a, b)
+    want = reference.dequantize(b, x.dtype)
+    if not same_float(fk.fake_quant(x, fmt, **kw), want):
+        bad.append("fake_quant != dequantize(reference)")
+    if not same_float(qk.dequantize(a, x.dtype), want):
+        bad.append("Triton dequantize != reference dequantize")
+    if not same_float(qk.dequantize(a, torch.float32), reference.dequantize(b, torch.float32)):
+        bad.append("Triton dequantize (f32) != reference")
+    if bad:
+        raise AssertionError((fmt, kw, bad))
+    return a
+
+
 def gemm_bound(a_hat: torch.Tensor, b_hat: torch.Tensor, out_dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(float64 product C64, allowed |C - C64|) for C = A_hat . B_hat^T computed with FP32
     accumulation in any order plus two epilogue divisions: 2 (K + 2) 2^-24 |A||B|^T,
