@@ -224,6 +224,38 @@ pub struct OpReport {
     pub detail: BTreeMap<&'static str, f64>,
 }
 
+impl OpReport {
+    /// The report of an op that runs on no MMA kind (memory passes, attention).
+    fn plain(
+        op: &'static str,
+        time_s: f64,
+        bound: &'static str,
+        detail: BTreeMap<&'static str, f64>,
+    ) -> Self {
+        OpReport {
+            op,
+            time_s,
+            bound,
+            kind: None,
+            path: None,
+            tflops: None,
+            detail,
+        }
+    }
+}
+
+/// `v` must be finite and >= 0 (names the op and field otherwise).
+fn non_negative(op: &str, name: &str, v: f64) -> Result<()> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            Domain::Config,
+            format!("{op} op: {name} must be >= 0, got {v}"),
+        ))
+    }
+}
+
 /// A GEMM's cost and every kind that could run it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GemmReport {
@@ -343,12 +375,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 ("exps", exps),
                 ("launches", launches),
             ] {
-                if !(v.is_finite() && *v >= 0.0) {
-                    return Err(Error::invalid(
-                        Domain::Config,
-                        format!("memory op: {name} must be >= 0, got {v}"),
-                    ));
-                }
+                non_negative("memory", name, *v)?;
             }
             let (t, bound) = pass_time(
                 hw,
@@ -361,23 +388,10 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                     quant: false,
                 },
             );
-            OpReport {
-                op: "memory",
-                time_s: t,
-                bound: bound.name(),
-                kind: None,
-                path: None,
-                tflops: None,
-                detail,
-            }
+            OpReport::plain("memory", t, bound.name(), detail)
         }
         Op::Copy { bytes } => {
-            if !(bytes.is_finite() && *bytes >= 0.0) {
-                return Err(Error::invalid(
-                    Domain::Config,
-                    format!("copy op: bytes must be >= 0, got {bytes}"),
-                ));
-            }
+            non_negative("copy", "bytes", *bytes)?;
             let (t, bound) = pass_time(
                 hw,
                 &Pass {
@@ -387,15 +401,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                     ..Pass::default()
                 },
             );
-            OpReport {
-                op: "copy",
-                time_s: t,
-                bound: bound.name(),
-                kind: None,
-                path: None,
-                tflops: None,
-                detail,
-            }
+            OpReport::plain("copy", t, bound.name(), detail)
         }
         Op::Quantize {
             numel,
@@ -458,20 +464,14 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             detail.insert("rht_s", q.rht);
             detail.insert("sr_s", q.sr);
             detail.insert("launches", q.passes);
-            OpReport {
-                op: "quantize",
-                // Never below the vendor-grade (memory-roofline) price.
-                time_s: emulated.map_or(q.total(), |t| t.max(q.total())),
-                bound: if emulated.is_some_and(|t| t > q.total()) {
-                    "emulation"
-                } else {
-                    "memory"
-                },
-                kind: None,
-                path: None,
-                tflops: None,
-                detail,
-            }
+            // Never below the vendor-grade (memory-roofline) price.
+            let time_s = emulated.map_or(q.total(), |t| t.max(q.total()));
+            let bound = if emulated.is_some_and(|t| t > q.total()) {
+                "emulation"
+            } else {
+                "memory"
+            };
+            OpReport::plain("quantize", time_s, bound, detail)
         }
         Op::Attention {
             batch,
@@ -520,13 +520,8 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             let flops = s.fwd_flops() * if *backward { 3.5 } else { 1.0 };
             let t = f + if *backward { bw } else { 0.0 };
             OpReport {
-                op: "attention",
-                time_s: t,
-                bound: bound.name(),
-                kind: None,
-                path: None,
                 tflops: Some(flops / t / 1e12),
-                detail,
+                ..OpReport::plain("attention", t, bound.name(), detail)
             }
         }
     })
