@@ -25,7 +25,7 @@ DEV = "cuda"
 @pytest.fixture(autouse=True)
 def _need_cuda():
     if not torch.cuda.is_available():
-        pytest.fail("tests/gpu needs a CUDA device (deselect with -m 'not gpu' elsewhere)")
+        pytest.skip("tests/gpu needs a CUDA device; CI deselects this tier with -m 'not gpu'")
 
 
 @pytest.fixture(autouse=True)
