@@ -35,7 +35,7 @@ ATTN_FIT = RECIPES
 
 
 def profile(recipe: str) -> dict:
-    return json.loads((RUNS / recipe / "profile.json").read_text())
+    return P.load_profile(RUNS / recipe)
 
 
 def quant_features(q: dict) -> list[float]:
@@ -48,10 +48,11 @@ def quant_features(q: dict) -> list[float]:
 
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     X, y, w = [], [], []
-    for op in profile(recipe)["ops"]:
+    prof = profile(recipe)
+    for op in prof["ops"]:
         if op["kind"] != "quantize":
             continue
-        for _, q, calls in P.model_ops({"ops": [op]}):
+        for _, q, calls in P.model_ops({**prof, "ops": [op]}):
             X.append(quant_features(q))
             y.append(float(op["ms_per_call"]) * 1e-3)
             w.append(calls)

@@ -88,12 +88,25 @@ def load_profile(run_dir: str | pathlib.Path) -> dict:
             "train on a GPU with `fourcast train ... --profile-steps 3`"
         )
     prof = json.loads(path.read_text())
+    config = run / "config.json"
+    if config.is_file():  # the run's full recipe says which copy got RHT / SR
+        prof["recipe_spec"] = json.loads(config.read_text()).get("recipe")
     if prof.get("timer") != "cuda-events":
         raise ProjectionError(
             f"{path} was timed with {prof.get('timer')!r}, not CUDA events: a CPU run cannot be "
             "projected onto GPUs; train on a GPU with --profile-steps"
         )
     return prof
+
+
+def _copy_rounding(op: dict, key: str, recipe: dict | None) -> dict:
+    """RHT size and SR of one quantized copy ("gemm.role"): from the run's recipe when the
+    run folder has it (a fused op's RHT may apply to one copy only), else the op's flags."""
+    if recipe is None:
+        return {"rht": int(op.get("rht", 0) or 0), "sr": bool(op.get("sr", False))}
+    rht = recipe["rht"]
+    gemm = key.partition(".")[0]
+    return {"rht": int(rht["size"]) if gemm in rht["gemms"] else 0, "sr": key in recipe["sr"]}
 
 
 def model_ops(prof: dict) -> list[tuple[str, dict, float]]:
@@ -113,19 +126,15 @@ def model_ops(prof: dict) -> list[tuple[str, dict, float]]:
             else:
                 out.append(("gemm", {"op": "gemm", "m": m, "n": n, "k": k, "a": fa, "b": fb}, calls))
         elif kind == "quantize":
-            fmts = op["fmt"].split("+")
-            operands = op.get("operand", "").split("+")
+            # One output per quantized copy ("fprop.x+wgrad.x" wrote two); each copy is
+            # written once, so none is a model-side extra transposed copy.
+            recipe = prof.get("recipe_spec")
             outputs = []
-            for i, label in enumerate(fmts):
+            for key, label in zip(op.get("operand", "").split("+"), op["fmt"].split("+")):
                 spec = parse_format(label)
                 if spec is None:
                     continue
-                outputs.append({
-                    "format": spec,
-                    "rht": int(op.get("rht", 0) or 0),
-                    "sr": bool(op.get("sr", False)),
-                    "transposed_copy": i > 0 or ".x" in operands[min(i, len(operands) - 1)] and "wgrad" in operands[min(i, len(operands) - 1)],
-                })
+                outputs.append({"format": spec, **_copy_rounding(op, key, recipe), "transposed_copy": False})
             if not outputs:
                 continue
             numel = int(op["rows"]) * int(op["cols"])
@@ -183,7 +192,7 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
     out: list[tuple[str, dict, float]] = []
     for op in prof["ops"]:
         first = True
-        for cls, o, calls in model_ops({"ops": [op]}):
+        for cls, o, calls in model_ops({**prof, "ops": [op]}):
             if cls == "quantize":
                 o = {**o, "impl": "fourcast-triton"}
             elif cls == "gemm" and first:

@@ -158,3 +158,17 @@ def test_emulation_costs_only_price_the_h200_base():
         project.cost(fchw.load("b200"), [t for t in base if t[0] == "quantize"][:1])
     with pytest.raises(HardwareError, match="no \\[emulation\\]"):
         project.cost(fchw.load("b200"), [t for t in base if t[0] == "gemm"][:1])
+
+
+def test_fused_quantize_op_becomes_one_output_per_copy_with_the_recipes_rht_and_sr():
+    prof = {**_profile(), "recipe_spec": fc_recipe("nvfp4")}
+    (q,) = [o for c, o, _ in project.model_ops(prof) if c == "quantize"]
+    # "fprop.x+wgrad.x": TE's recipe rotates only the Wgrad copy; neither copy is rounded
+    # stochastically, and each copy is written once (no extra transposed copy).
+    assert [(o["rht"], o["sr"], o["transposed_copy"]) for o in q["outputs"]] == [(0, False, False), (16, False, False)]
+
+
+def fc_recipe(name):
+    import fourcast as fc
+
+    return fc.recipe(name).to_dict()
