@@ -48,7 +48,8 @@ def fake_cuda():
     """CPU tensors report is_cuda, the Triton kernels are no-ops, the GEMM runs on CPU."""
     from fourcast.kernels import quantize as qk
 
-    saved = {name: getattr(qk, name) for name in ("_quantize_kernel", "_rowcol_kernel", "_dequantize_kernel")}
+    saved = {name: getattr(qk, name) for name in ("_quantize_kernel", "_rowcol_kernel", "_rowcol_split_kernel",
+                                                  "_dequantize_kernel")}
     saved_mm = fcnn._matmul_f32
     had_prop = "is_cuda" in torch.Tensor.__dict__
     old_prop = torch.Tensor.__dict__.get("is_cuda")

@@ -26,8 +26,10 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
+import fourcast as fc
 from fourcast.kernels import fake_quant as fk
 from fourcast.kernels import gemm as gk
+from fourcast.kernels import ops
 from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
@@ -35,7 +37,7 @@ from fourcast.kernels import testing
 F = testing.FORMATS
 DEV = "cuda"
 T0 = time.time()
-RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [], "gemm_fp8_exact": [],
+RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [], "gemm_fp8_exact": [], "qlinear": [],
              "linear": [], "checks": [], "errors": [], "notes": []}
 ARGS = None
 
@@ -159,9 +161,21 @@ BIG = (8192, 8192) if not SMOKE else (64, 64)
 
 
 def qbytes(r, c, spec_block, copies=1, xhat=False):
-    """Fewest bytes: read bf16 once; write per copy 0.5 B codes + 1/block B scales (or 2 B x_hat)."""
+    """Fewest bytes: read bf16 once; write per copy 0.5 B codes + 1/block B scales (or 2 B x_hat).
+    copies = (decoded, packed) counts when a call writes one of each (xhat None)."""
+    if isinstance(copies, tuple):
+        return r * c * (2.0 + copies[0] * 2.0 + copies[1] * (0.5 + 1.0 / spec_block))
     per = 2.0 if xhat else 0.5 + 1.0 / spec_block
     return r * c * (2.0 + copies * per)
+
+
+def _no_split(fn):
+    """fn() with quantize_rowcol forced onto the transposing _rowcol_kernel (the baseline)."""
+    qk.CONFIG_OVERRIDE["no_split"] = True
+    try:
+        return fn()
+    finally:
+        qk.CONFIG_OVERRIDE.pop("no_split", None)
 
 
 @triton.jit
@@ -205,6 +219,15 @@ def qvariants(x):
     yield "row+col nvfp4, col RHT16+SR (TE dY)", 2, False, 16, lambda: qk.quantize_rowcol(
         x, nv, nv, "sr", "sr", 0, 0, None, (16, s16))
     yield "row+col mxfp4", 2, False, 32, lambda: qk.quantize_rowcol(x, mx, mx, "rtne", "rtne", 0, 0, None, None)
+    yield "row+col nvfp4 delayed, transposing kernel (before)", 2, False, 16, lambda: _no_split(
+        lambda: qk.quantize_rowcol(x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax))
+    ue = F["ue5m3"]
+    yield "row+col ue5m3 delayed (split kernel)", 2, False, 16, lambda: qk.quantize_rowcol(
+        x, ue, ue, "rtne", "rtne", 0, 0, None, None, amax, amax)
+    yield "X: decoded row + packed col, ue5m3 delayed", (1, 1), None, 16, lambda: ops.rowcol_operands(
+        x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))
+    yield "dY: decoded row + col, ue5m3 delayed, SR", 2, True, 16, lambda: ops.rowcol_operands(
+        x, ue, rounding="sr", seed=1, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "decoded"))
     yield "fake-quant row nvfp4", 1, True, 16, lambda: fk.fake_quant(x, nv)
     yield "fake-quant row nvfp4 delayed", 1, True, 16, lambda: fk.fake_quant(x, nv, tensor_amax=amax)
     yield "fake-quant row+col nvfp4 delayed", 2, True, 16, lambda: fk.fake_quant_rowcol(
@@ -243,6 +266,72 @@ def quant_timing():
             RES["quantizer"].append(dict(variant=name, shape=f"{r}x{c}", ms=t, tbps=tbps, frac_copy=tbps / copy))
             log(f"{name:42s} {r}x{c}: {t * 1e3:7.1f} us  {tbps:.2f} TB/s  {tbps / copy:.0%} of copy")
         save()
+
+
+SPLIT_TILES = ((128, 32, 8), (64, 32, 4), (64, 64, 8), (32, 32, 2), (128, 64, 8), (256, 32, 8))
+
+
+@section("split row+col tile sweep")
+def split_sweep():
+    """_rowcol_split_kernel tiles on the two calls a fused QLinear makes per tensor."""
+    x = rand(BIG)
+    amax = x.abs().amax().float()
+    ue = F["ue5m3"]
+    calls = (("X: decoded row + packed col", (1, 1), None, lambda: ops.rowcol_operands(
+                 x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))),
+             ("row+col codes", 2, False, lambda: qk.quantize_rowcol(x, ue, ue, "rtne", "rtne", 0, 0, None, None,
+                                                                     amax, amax)))
+    best = {}
+    for cfg in SPLIT_TILES if not SMOKE else ((32, 32, 2),):
+        qk.CONFIG_OVERRIDE["split"] = cfg
+        for name, copies, xhat, fn in calls:
+            try:
+                fn()
+                t = ms(fn)
+            except Exception as exc:
+                RES["errors"].append(f"split tile {cfg} {name}: {exc!r}")
+                continue
+            frac = qbytes(*BIG, 16, copies, xhat) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
+            RES["quantizer"].append(dict(variant=f"split {name}, tile {cfg}", shape="x".join(map(str, BIG)), ms=t,
+                                         frac_copy=frac))
+            log(f"split tile {cfg} {name}: {t * 1e3:.1f} us {frac:.0%} of copy")
+            if name.startswith("X") and (not best or t < best["ms"]):
+                best = dict(cfg=cfg, ms=t)
+    qk.CONFIG_OVERRIDE.pop("split", None)
+    RES["notes"].append(f"best split tile {best}")
+    if best:  # later sections (QLinear) run with the best tile
+        os.environ["FOURCAST_SPLIT_TILE"] = ",".join(map(str, best["cfg"]))
+        with open(os.path.join(os.environ.get("OUT", "."), "split_tile.txt"), "w") as fh:
+            fh.write(os.environ["FOURCAST_SPLIT_TILE"])
+
+
+def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
+    """Top CUDA kernels of one QLinear fwd+bwd (torch.profiler), to see where it goes."""
+    from fourcast import nn as fcnn
+
+    m, n, k = shape
+    x = rand((m, k)).requires_grad_(True)
+    dy = rand((m, n))
+    layer = fcnn.QLinear(k, n, bias=False, recipe=fc.recipe(name), gemm_path=path, device=DEV, dtype=torch.bfloat16)
+    fn = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
+    fn()
+    fn()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA,
+                                            torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+        if not SMOKE:
+            torch.cuda.synchronize()
+    table_ = prof.key_averages().table(sort_by="cuda_time_total" if not SMOKE else "cpu_time_total", row_limit=12)
+    RES["notes"].append(f"profile {name} {path} {shape}:\n{table_}")
+    log(table_)
+
+
+@section("QLinear profiles")
+def layer_profiles():
+    for name in ("mxfp4", "ue5m3"):
+        if left() < 30:
+            break
+        profile_layer(name)
 
 
 @section("quantizer tile configs")
@@ -293,8 +382,8 @@ def best_gemm_config(a, b):
             break
         gk.CONFIG_OVERRIDE["cfg"] = cfg
         try:
-            gk.gemm(a, b)
-            t = ms(lambda: gk.gemm(a, b))
+            gk.gemm(a, b, impl="triton")
+            t = ms(lambda: gk.gemm(a, b, impl="triton"))
         except Exception as exc:
             RES["errors"].append(f"gemm config {cfg}: {exc!r}")
             continue
@@ -315,15 +404,21 @@ def gemm_bench():
     b = qk.quantize(rand(BIG), F["nvfp4"])
     # correctness at a size where float64 is cheap
     cs = ((2048, 4096), (1024, 4096)) if not SMOKE else ((32, 64), (16, 64))
-    a1, b1 = qk.quantize(rand(cs[0]), F["nvfp4"]), qk.quantize(rand(cs[1]), F["nvfp4-2d"])
-    c64, bound = testing.gemm_bound(ref.dequantize_layout(a1), ref.dequantize_layout(b1), torch.bfloat16)
-    err = (gk.gemm(a1, b1).double() - c64).abs()
-    RES["checks"].append(dict(what="gemm nvfp4 x nvfp4-2d within bound", ok=bool((err <= bound).all()),
-                              max_err_over_bound=float((err / bound).max())))
+    for (fa, fb) in (("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4")):
+        a1, b1 = qk.quantize(rand(cs[0]), F[fa]), qk.quantize(rand(cs[1]), F[fb])
+        for impl in gemm_impls(fa):
+            c64, bound = testing.gemm_bound(ref.dequantize_layout(a1), ref.dequantize_layout(b1), torch.bfloat16,
+                                            fp8_tc=impl == "fp8")
+            before = gk.STATS["fp8_fallbacks"]
+            err = (gk.gemm(a1, b1, impl=impl).double() - c64).abs()
+            RES["checks"].append(dict(what=f"gemm {fa} x {fb} ({impl}) within bound" + (" (+FP8 TC term)" if
+                                      impl == "fp8" else ""), ok=bool((err <= bound).all()),
+                                      max_err_over_bound=float((err / bound).max()),
+                                      fp8_fallback=gk.STATS["fp8_fallbacks"] != before))
     cfg = best_gemm_config(a, b)
     if cfg:
         gk.CONFIG_OVERRIDE["cfg"] = cfg
-    RES["notes"].append(f"gemm config used: {cfg}")
+    RES["notes"].append(f"gemm config used (triton impl): {cfg}")
     for fname in ("nvfp4", "mxfp4", "ufp4"):
         for (m, n, k) in GEMM_SHAPES:
             if left() < 60:
@@ -331,18 +426,42 @@ def gemm_bench():
             try:
                 pa = qk.quantize(rand((m, k)), F[fname])
                 pb = qk.quantize(rand((n, k)), F[fname])
-                gk.gemm(pa, pb)
-                t = ms(lambda: gk.gemm(pa, pb))
             except Exception as exc:
                 RES["errors"].append(f"gemm {fname} {m}x{n}x{k}: {exc!r}")
                 continue
-            key = f"{m}x{n}x{k}"
-            tf = 2 * m * n * k / t / 1e9
-            ratio = tf / bf[key]["tflops"] if key in bf else None
-            RES["gemm"].append(dict(variant=f"packed {fname}", shape=key, ms=t, tflops=tf, vs_cublas_bf16=ratio))
-            log(f"packed {fname} {key}: {tf:.0f} TFLOP/s ({ratio or 0:.0%} of cuBLAS bf16)")
+            for impl in gemm_impls(fname):
+                time_gemm(fname, impl, pa, pb, (m, n, k), bf)
         save()
     gk.CONFIG_OVERRIDE.pop("cfg", None)
+
+
+GEMM_IMPL_LABEL = {"triton": "triton", "dequant": "dequant+cuBLAS", "fp8": "E4M3+cuBLAS FP8"}
+
+
+def gemm_impls(fname):
+    """Every gk.gemm impl that applies to the format (fp8: MXFP4 only)."""
+    return ("triton", "dequant", "fp8") if fname.startswith("mxfp4") else ("triton", "dequant")
+
+
+def time_gemm(fname, impl, pa, pb, shape, bf):
+    """Time the whole gk.gemm call: the conversion / dequantization of both operands,
+    the GEMM and the epilogue (and, for fp8, the flag read-back)."""
+    m, n, k = shape
+    key = f"{m}x{n}x{k}"
+    variant = f"packed {fname} ({GEMM_IMPL_LABEL[impl]})"
+    try:
+        before = gk.STATS["fp8_fallbacks"]
+        gk.gemm(pa, pb, impl=impl)
+        fell_back = gk.STATS["fp8_fallbacks"] != before
+        t = ms(lambda: gk.gemm(pa, pb, impl=impl))
+    except Exception as exc:
+        RES["errors"].append(f"gemm {variant} {key}: {exc!r}")
+        return
+    tf = 2 * m * n * k / t / 1e9
+    ratio = tf / bf[key]["tflops"] if key in bf else None
+    RES["gemm"].append(dict(variant=variant, impl=impl, fmt=fname, shape=key, ms=t, tflops=tf,
+                            vs_cublas_bf16=ratio, fp8_fallback=fell_back))
+    log(f"{variant} {key}: {tf:.0f} TFLOP/s ({ratio or 0:.0%} of cuBLAS bf16)")
 
 
 def to_fp8_rowref(p):
@@ -432,6 +551,44 @@ def linear_bench():
         log(row)
 
 
+LAYER_RECIPES = ("ue5m3", "mxfp4", "nvfp4", "ufp4")
+
+
+@section("QLinear layer fwd+bwd vs nn.Linear")
+def qlinear_bench():
+    """The real layer (fourcast.nn.QLinear, bf16 weights, recipe's steady state: step 1,
+    so periodic tensor scales are reused) against nn.Linear, both through autograd, at the
+    Llama-3-8B shapes: what a training step pays per linear."""
+    from fourcast import nn as fcnn
+
+    for (m, n, k) in LINEAR:
+        if left() < 60:
+            break
+        x = rand((m, k)).requires_grad_(True)
+        dy = rand((m, n))
+        lin = torch.nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
+        base = lambda: torch.autograd.grad(lin(x), (x, lin.weight), dy)  # noqa: E731
+        base()
+        t0 = ms(base, rep=50)
+        row = dict(shape=f"M{m} N{n} K{k}", bf16_ms=t0)
+        for name in LAYER_RECIPES:
+            for path in ("fused", "dequant"):
+                if left() < 40:
+                    break
+                layer = fcnn.QLinear(k, n, bias=False, recipe=fc.recipe(name), gemm_path=path, device=DEV,
+                                     dtype=torch.bfloat16)
+                layer.step = 0
+                torch.autograd.grad(layer(x), (x, layer.weight), dy)  # measures and stores periodic amaxes
+                layer.step = 1
+                fn = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
+                fn()
+                t = ms(fn, rep=50)
+                row[f"{name} {path}"] = dict(ms=t, ratio=t / t0)
+        RES["qlinear"].append(row)
+        log(row)
+        save()
+
+
 def table():
     print("\n==== fourcast kernels on", RES["meta"].get("gpu"), "torch", RES["meta"].get("torch"), "triton",
           RES["meta"].get("triton"))
@@ -460,7 +617,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated section names to run")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
-    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, peers, gemm_bench, linear_bench,
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, split_sweep, layer_profiles, peers,
+             gemm_bench, qlinear_bench, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]
     for s in steps:

@@ -41,6 +41,7 @@ def main(path: str) -> None:
     for g in r["gemm"]:
         v = g.get("vs_cublas_bf16")
         print(f"| {g['variant']} | {g['shape']} | {g['tflops']:.0f} | {'' if v is None else f'{v:.0%}'} |")
+    gemm_impl_pivot(r["gemm"])
     if r.get("gemm_fp8_exact"):
         print("\n| exact MXFP4 GEMM on FP8 tensor cores | TFLOP/s | of cuBLAS BF16 | operands exact | within bound |"
               "\n|---|---|---|---|---|")
@@ -57,6 +58,25 @@ def main(path: str) -> None:
     print("\nChecks:", ", ".join(f"{c['what']}: {'ok' if c['ok'] else 'FAILED'}" for c in r["checks"]))
     if r["errors"]:
         print("\nErrors / skipped:\n" + "\n".join(f"- {e}" for e in r["errors"]))
+
+
+def gemm_impl_pivot(rows) -> None:
+    """Shapes x (format, impl): fraction of cuBLAS BF16, the whole gemm() call timed
+    (rows written by benchmarks/kernels.py time_gemm, which records fmt and impl)."""
+    rows = [g for g in rows if "impl" in g]
+    if not rows:
+        return
+    cols = list(dict.fromkeys((g["fmt"], g["impl"]) for g in rows))
+    cell = {(g["shape"], g["fmt"], g["impl"]): g for g in rows}
+    print("\n| packed GEMM, of cuBLAS BF16 | " + " | ".join(f"{f} {i}" for f, i in cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for shape in dict.fromkeys(g["shape"] for g in rows):
+        vals = []
+        for f, i in cols:
+            g = cell.get((shape, f, i))
+            v = g and g.get("vs_cublas_bf16")
+            vals.append("" if not v else f"{v:.0%}" + (" (fell back)" if g.get("fp8_fallback") else ""))
+        print(f"| {shape} | " + " | ".join(vals) + " |")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 #      fourcast bias on the captured tensors
 # Needs: .devwheel/ (the abi3 wheel) and .devdata/{train,val} carried. Writes to $OUT.
 # Usage on the device: bash benchmarks/train_h200.sh [STEPS] [MODEL]
+# Env: BATCH SEQ (tokens per step), RECIPES, GEMM_PATH (fused), SMOKE_PATHS ("" skips the
+# smoke), TRAIN_BUDGET_S, RUN_TIMEOUT, GPU_TESTS_FIRST, GPU_TEST_S, CAPTURE.
 set -uo pipefail
 STEPS=${1:-400}
 MODEL=${2:-50m}
@@ -27,7 +29,7 @@ COMMON=(--model "$MODEL" --data .devdata/train --val .devdata/val --tokenizer bp
         --lr 2e-3 --seed 0 --no-progress --eval-every 100 --ckpt-every 0 --set train.eval_batches=${EVAL_BATCHES:-8})
 log() { echo "[$(date +%T)] $*"; }
 
-for path in fake dequant; do
+for path in ${SMOKE_PATHS-fake dequant}; do
   log "smoke nvfp4 gemm-path=$path"
   timeout 100 fourcast train --recipe nvfp4 "${COMMON[@]}" --steps 20 --gemm-path "$path" --profile-steps 2 \
     --out "$RUNS/smoke-$path" --json > "$RUNS/smoke-$path.json" 2> "$RUNS/smoke-$path.err" \
@@ -46,12 +48,15 @@ except Exception:
 print(max(20, min(cap, int(budget * 1000 / (2 * ms)) // 10 * 10)))
 PY
 )
-log "evidence runs: $STEPS steps each, gemm-path=dequant (the exact emulation path)"
-for r in bf16 nvfp4 mxfp4 ue5m3 ufp4 ufp4-int4; do
+[ -n "${FIXED_STEPS:-}" ] && STEPS=$FIXED_STEPS
+GEMM_PATH=${GEMM_PATH:-fused}
+RECIPES=${RECIPES:-bf16 nvfp4 mxfp4 ue5m3 ufp4 ufp4-int4}
+log "evidence runs: $STEPS steps each, gemm-path=$GEMM_PATH (exact emulation: fused or dequant)"
+for r in $RECIPES; do
   extra=()
   case $r in nvfp4|ufp4) [ "${CAPTURE:-1}" = 1 ] && extra=(--capture-every $((STEPS / 2))) ;; esac
   log "train $r"
-  timeout 100 fourcast train --recipe "$r" "${COMMON[@]}" --steps "$STEPS" --gemm-path dequant --profile-steps 3 \
+  timeout "${RUN_TIMEOUT:-100}" fourcast train --recipe "$r" "${COMMON[@]}" --steps "$STEPS" --gemm-path "$GEMM_PATH" --profile-steps 3 \
     "${extra[@]}" --out "$RUNS/$r" --json > "$RUNS/$r.json" 2> "$RUNS/$r.err" \
     && python3 -c "import json; d=json.load(open('$RUNS/$r.json')); print('  loss', d['final_train_loss'], 'val', d['final_val_loss'], 'step_ms', d['step_time_ms'])" \
     || { echo "  FAILED"; tail -5 "$RUNS/$r.err"; }
@@ -60,7 +65,7 @@ log "compare"
 fourcast compare $(ls -d "$RUNS"/*/ | grep -v smoke) --plot "$OUT/compare.png" --json > "$OUT/compare.json" 2>> "$OUT/errors.txt"
 fourcast compare $(ls -d "$RUNS"/*/ | grep -v smoke) 2>> "$OUT/errors.txt" | tee "$OUT/compare.txt"
 log "project"
-for r in bf16 nvfp4 mxfp4 ue5m3 ufp4 ufp4-int4; do
+for r in $RECIPES; do
   other=()
   [ "$r" != bf16 ] && [ -f "$RUNS/bf16/profile.json" ] && other=(--other-from "$RUNS/bf16")
   [ -f "$RUNS/$r/profile.json" ] && fourcast project "$RUNS/$r" --to b200,b300,rubin,mi355x --native ue5m3,e1m2 \

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from typing import Any, Iterator
 
@@ -63,7 +64,7 @@ ROLES = ("fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy", "wgrad.x")
 ROLE_INDEX = {key: i for i, key in enumerate(ROLES)}
 TENSOR_INDEX = {"x": 0, "w": 1, "dy": 2}
 COLUMN_WISE = ("dgrad.w", "wgrad.dy", "wgrad.x")  # quantized along axis 0
-GEMM_PATHS = ("dequant", "fake", "packed")
+GEMM_PATHS = ("dequant", "fused", "fake", "packed")
 FP4_ELEMENTS = ("e2m1", "e1m2", "int4", "int4-sm")
 
 _MASK64 = (1 << 64) - 1
@@ -223,40 +224,14 @@ class _Plain:
 
 
 def _packed_nbytes(p: Any) -> int:
+    if isinstance(getattr(p, "values", None), torch.Tensor):  # ops.Decoded
+        return p.values.numel() * p.values.element_size()
     total = 0
     for name in ("codes", "scales"):
         t = getattr(p, name, None)
         if isinstance(t, torch.Tensor):
             total += t.numel() * t.element_size()
     return total
-
-
-def _with_unit_tensor_scale(p: Any) -> Any:
-    """The same packed tensor with tensor_scale 1, so dequantize gives value * scale
-    (exact in bf16 for every 4-bit and FP8 grid); the FP32 tensor scales are applied
-    to the GEMM's FP32 output instead, as the hardware epilogue does."""
-    unit = _unit_like(p.tensor_scale)
-    packed_type = _ops().Packed
-    if type(p) is packed_type:  # the common case, without dataclasses.replace's overhead
-        return packed_type(p.codes, p.scales, unit, p.amax, p.fmt, p.shape, p.axis, p.rht)
-    if hasattr(p, "_replace"):
-        return p._replace(tensor_scale=unit)
-    return dataclasses.replace(p, tensor_scale=unit)
-
-
-# Read-only ones, one per (device, dtype, shape): a unit tensor scale without a fill
-# kernel per dequantize.
-_UNITS: dict[tuple, torch.Tensor] = {}
-
-
-def _unit_like(ts: Any) -> Any:
-    if not isinstance(ts, torch.Tensor):
-        return 1.0
-    key = (ts.device, ts.dtype, tuple(ts.shape))
-    unit = _UNITS.get(key)
-    if unit is None:
-        unit = _UNITS[key] = torch.ones_like(ts)
-    return unit
 
 
 def _matmul_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -274,7 +249,10 @@ class QLinear(nn.Linear):
 
     gemm_path: "dequant" (default): quantize, dequantize with the FP32 tensor scale
     factored out, bf16 GEMM with FP32 accumulation, tensor scales on the FP32 output:
-    exact emulation. "fake": ops.fake_quant to the compute dtype then the GEMM (one
+    exact emulation. "fused": the same numbers with fewer passes on CUDA: one Triton
+    pass per tensor writes both of its copies, the ones a GEMM consumes now already
+    decoded (value * block scale, tensor scale factored out; ops.rowcol_operands) and
+    the saved activation packed. "fake": ops.fake_quant to the compute dtype then the GEMM (one
     pass fewer; in bf16 a two-level decoded value x = q*s/S_enc is rounded to bf16, so
     it is exact only for power-of-two scales). "packed": ops.gemm on the packed
     operands (4-bit grids only).
@@ -542,10 +520,13 @@ class QLinear(nn.Linear):
             tracer.end(token)
         return out
 
-    def _quantize_rowcol(self, t: torch.Tensor, row_key: str, col_key: str, rht_row, rht_col, *, update: bool):
+    def _quantize_rowcol(self, t: torch.Tensor, row_key: str, col_key: str, rht_row, rht_col, *, update: bool,
+                         outputs: tuple[str, str] | None = None):
         """The row-wise and the column-wise operand of one tensor (X: fprop.x and
         wgrad.x; dY: dgrad.dy and wgrad.dy) from one read on CUDA (ops.quantize_rowcol,
-        equal by contract to the two separate calls, which the seeds/offsets match)."""
+        equal by contract to the two separate calls, which the seeds/offsets match).
+        outputs: ("decoded" | "packed") per copy for ops.rowcol_operands (the fused path);
+        None: both packed."""
         row, col = self._plan(t, row_key, rht_row), self._plan(t, col_key, rht_col)
         if row["fmt"] is None or col["fmt"] is None:
             return (
@@ -556,7 +537,10 @@ class QLinear(nn.Linear):
         if tracer is not None:
             meta = self._trace_meta(t, [row, col], False)
             token = tracer.begin("quantize", meta)
-        a, b = _ops().quantize_rowcol(
+        fn = _ops().quantize_rowcol
+        if outputs is not None:
+            fn = functools.partial(_ops().rowcol_operands, outputs=outputs)
+        a, b = fn(
             t,
             row["fmt"],
             fmt_col=col["fmt"],
@@ -598,8 +582,10 @@ def _as_matrix(op: Any, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
     """(dequantized values without the tensor scale, tensor scale) of an operand."""
     if isinstance(op, _Plain):
         return op.tensor.to(dtype), None
-    ts = op.tensor_scale
-    return _ops().dequantize(_with_unit_tensor_scale(op), dtype=dtype), ts
+    if isinstance(getattr(op, "values", None), torch.Tensor):  # ops.Decoded: decoded by the quantizer
+        return op.values.to(dtype), op.tensor_scale
+    decoded = _ops().decode_unscaled(op, dtype)
+    return decoded.values, decoded.tensor_scale
 
 
 def _gemm(mod: QLinear, role: str, a: Any, b: Any, a_t: bool, b_t: bool, dtype: torch.dtype, out_dtype: torch.dtype):
@@ -622,9 +608,15 @@ def _gemm(mod: QLinear, role: str, a: Any, b: Any, a_t: bool, b_t: bool, dtype: 
         token = tracer.begin("gemm", _gemm_meta(mod, role, a))
     out = _matmul_f32(ma, mb)
     scales = [ts for ts in (ts_a, ts_b) if ts is not None]
-    if scales:  # one pass over the FP32 output, as a hardware epilogue would
-        out = out.div_(scales[0] * scales[1] if len(scales) == 2 else scales[0])
-    out = out.to(out_dtype)
+    if scales and out.is_cuda and all(isinstance(t, torch.Tensor) and t.numel() == 1 for t in scales):
+        # one pass over the FP32 output, as a hardware epilogue would; the same bits as below
+        from fourcast.kernels import gemm as gk
+
+        out = gk.scale_epilogue(out, scales[0], scales[1] if len(scales) == 2 else None, out_dtype)
+    else:
+        for ts in scales:  # (acc / ts_a) / ts_b: the packed GEMM's epilogue
+            out = out.div_(ts)
+        out = out.to(out_dtype)
     if tracer is not None:
         tracer.end(token)
     return out
@@ -680,23 +672,28 @@ class _QLinearFn(torch.autograd.Function):
         with torch.autocast(device_type, enabled=False):
             rht = mod._rht("fprop", x.device)
             saved = None
+            fused = mod.gemm_path == "fused"
             if need_dw and fake is None:
-                a, saved = mod._quantize_rowcol(x2, "fprop.x", "wgrad.x", rht, mod._rht("wgrad", x.device), update=True)
+                a, saved = mod._quantize_rowcol(x2, "fprop.x", "wgrad.x", rht, mod._rht("wgrad", x.device), update=True,
+                                                outputs=("decoded", "packed") if fused else None)
             else:
                 a = mod._quantize(x2, "fprop.x", -1, rht, fake_dtype=fake, update=training)
                 if need_dw:
                     saved = mod._quantize(x2, "wgrad.x", 0, mod._rht("wgrad", x.device), update=True)
             w_dgrad = None  # Dgrad's W operand, made now from the same read of W
-            if need_dx and fake is None and mod.gemm_path == "dequant" and mod._dgrad_w_is_fprop_w():
+            if need_dx and fake is None and mod.gemm_path in ("dequant", "fused") and mod._dgrad_w_is_fprop_w():
                 b = w_dgrad = mod._quantize(weight, "fprop.w", -1, rht, update=training)
+                if fused and not isinstance(b, _Plain):  # decode once for Fprop and Dgrad
+                    b = w_dgrad = _ops().decode_unscaled(b, compute)
             elif need_dx and fake is None:
-                b, w_dgrad = mod._quantize_rowcol(weight, "fprop.w", "dgrad.w", rht, mod._rht("dgrad", x.device), update=True)
+                b, w_dgrad = mod._quantize_rowcol(weight, "fprop.w", "dgrad.w", rht, mod._rht("dgrad", x.device),
+                                                  update=True, outputs=("decoded", "decoded") if fused else None)
             else:
                 b = mod._quantize(weight, "fprop.w", -1, rht, fake_dtype=fake, update=training)
-            y = _gemm(mod, "fprop", a, b, False, True, compute, torch.float32)
+            # FP32 out only when a bias is added before the one rounding to out_dtype
+            y = _gemm(mod, "fprop", a, b, False, True, compute, torch.float32 if bias is not None else out_dtype)
             if bias is not None:
-                y = y + bias.float()
-            y = y.to(out_dtype)
+                y = (y + bias.float()).to(out_dtype)
             if need_dw:
                 if isinstance(saved, _Plain):
                     saved = _Plain(saved.tensor.to(compute))
@@ -728,7 +725,9 @@ class _QLinearFn(torch.autograd.Function):
                 rht_d, rht_w = mod._rht("dgrad", gy.device), mod._rht("wgrad", gy.device)
                 dy_row = dy_col = None
                 if need_dx and need_dw and ctx.fake is None:
-                    dy_row, dy_col = mod._quantize_rowcol(gy2, "dgrad.dy", "wgrad.dy", rht_d, rht_w, update=True)
+                    outputs = ("decoded", "decoded") if mod.gemm_path == "fused" else None
+                    dy_row, dy_col = mod._quantize_rowcol(gy2, "dgrad.dy", "wgrad.dy", rht_d, rht_w, update=True,
+                                                          outputs=outputs)
                 if need_dx:
                     if dy_row is None:
                         dy_row = mod._quantize(gy2, "dgrad.dy", -1, rht_d, fake_dtype=ctx.fake, update=True)

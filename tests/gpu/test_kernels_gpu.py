@@ -23,12 +23,6 @@ DEV = "cuda"
 
 
 @pytest.fixture(autouse=True)
-def _need_cuda():
-    if not torch.cuda.is_available():
-        pytest.skip("tests/gpu needs a CUDA device; CI deselects this tier with -m 'not gpu'")
-
-
-@pytest.fixture(autouse=True)
 def _poison(monkeypatch):
     real_empty = torch.empty
 
@@ -106,14 +100,67 @@ def test_ops_dispatch_cuda_to_triton():
     assert torch.equal(ops.fake_quant(x, F["nvfp4"]), ops.dequantize(p, x.dtype))
 
 
-@pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4"), ("ufp4", "ufp4"), ("fp8", "mxfp8")])
-def test_gemm_bound(pair):
-    a = ref.quantize(testing.make_input("heavy", (1024, 2048), torch.bfloat16, DEV, seed=7), F[pair[0]])
-    b = ref.quantize(testing.make_input("random", (768, 2048), torch.bfloat16, DEV, seed=8), F[pair[1]])
+GEMM_SHAPES = [(1024, 768, 2048), (512, 256, 4096)]
+MX = ("mxfp4", "mxfp4-rceil")
+
+
+def _within_bound(c, a, b, out, fp8_tc=False) -> bool:
+    c64, bound = testing.gemm_bound(ref.dequantize_layout(a), ref.dequantize_layout(b), out, fp8_tc)
+    return bool(((c.double() - c64).abs() <= bound).all())
+
+
+@pytest.mark.parametrize("impl", ["triton", "dequant", "fp8", "auto"])
+@pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4"), ("mxfp4-rceil", "mxfp4"), ("ufp4", "ufp4"),
+                                  ("fp8", "mxfp8")])
+def test_gemm_bound(pair, impl):
+    if impl == "fp8" and not (pair[0] in MX and pair[1] in MX):
+        pytest.skip("impl='fp8' is MXFP4 only (the FormatError is tested in tests/interpret)")
+    for (m, n, k) in GEMM_SHAPES:
+        a = ref.quantize(testing.make_input("heavy", (m, k), torch.bfloat16, DEV, seed=7), F[pair[0]])
+        b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
+        before = gk.STATS["fp8_fallbacks"]
+        for out in (torch.bfloat16, torch.float32):
+            c = gk.gemm(a, b, out, impl=impl)  # fp8: FP8 tensor-core accumulation, looser (gemm.py)
+            assert _within_bound(c, a, b, out, impl == "fp8"), (pair, impl, (m, n, k), out)
+        assert gk.STATS["fp8_fallbacks"] == before  # heavy-tailed rows still fit E4M3 exactly
+
+
+def _mx_with_wide_row(m, k, seed):
+    x = testing.make_input("heavy", (m, k), torch.float32, DEV, seed=seed)
+    x[5, :32], x[5, 32:] = 6 * 2.0**12, 0.75 * 2.0**-12  # 24 binades apart: 0.5 * 2^e is not an E4M3 value
+    return ref.quantize(x, F["mxfp4"])
+
+
+def test_fp8_conversion_bit_exact_and_fallback():
+    a = _mx_with_wide_row(1024, 2048, 9)
+    a8, rs, ok = gk.to_e4m3_rowref(a)
+    assert ok.sum().item() == 1023 and not ok[5].item()
+    want = ref.dequantize_layout(a)
+    assert testing.same_float((a8.float() * rs[:, None])[ok], want[ok])
+    b = ref.quantize(testing.make_input("random", (768, 2048), torch.bfloat16, DEV, seed=10), F["mxfp4"])
+    for x, y in ((a, b), (b, a)):
+        before = gk.STATS["fp8_fallbacks"]
+        c = gk.gemm(x, y, torch.float32, impl="fp8")
+        assert gk.STATS["fp8_fallbacks"] == before + 1
+        assert torch.equal(c, gk.gemm(x, y, torch.float32, impl="dequant"))
+        assert _within_bound(c, x, y, torch.float32)  # dequant's: the strict bound
+
+
+def test_fp8_with_a_tensor_scale_takes_the_division_epilogue():
+    a = ref.quantize(testing.make_input("heavy", (512, 1024), torch.bfloat16, DEV, seed=13), F["mxfp4"])
+    b = ref.quantize(testing.make_input("random", (256, 1024), torch.bfloat16, DEV, seed=14), F["mxfp4"])
+    a.tensor_scale = torch.tensor(0.75, device=DEV)  # not MXFP4's own: the FP32 epilogue path
     for out in (torch.bfloat16, torch.float32):
-        c = gk.gemm(a, b, out)
-        c64, bound = testing.gemm_bound(ref.dequantize_layout(a), ref.dequantize_layout(b), out)
-        assert bool(((c.double() - c64).abs() <= bound).all()), pair
+        assert _within_bound(gk.gemm(a, b, out, impl="fp8"), a, b, out, fp8_tc=True)
+
+
+def test_ops_gemm_auto_is_dequant_unless_auto_fp8(monkeypatch):
+    a = ops.quantize(testing.make_input("heavy", (512, 1024), torch.bfloat16, DEV, seed=11), F["mxfp4"])
+    b = ops.quantize(testing.make_input("random", (256, 1024), torch.bfloat16, DEV, seed=12), F["mxfp4"])
+    assert torch.equal(ops.gemm(a, b), gk.gemm(a, b, impl="dequant"))
+    assert torch.equal(ops.gemm(a, b, impl="triton"), gk.gemm(a, b, impl="triton"))
+    monkeypatch.setattr(gk, "AUTO_FP8", True)
+    assert torch.equal(ops.gemm(a, b), gk.gemm(a, b, impl="fp8"))
 
 
 def test_cpu_tensor_to_kernel_entry_is_refused():

@@ -142,6 +142,87 @@ def test_gemm_column_wise_operand_and_errors():
         gk.gemm(a, ref.quantize(testing.make_input("random", (16, 32), seed=4), F["nvfp4"]))
 
 
+def _unit_ts(p):
+    """p with tensor scale 1: its dequantize_layout is value(code) * block scale."""
+    return ref.Packed(p.codes, p.scales, torch.ones(()), torch.ones(()), p.fmt, p.shape, p.axis)
+
+
+@pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4"), ("ue5m3", "ufp4"), ("fp8", "mxfp8-e5m2")])
+def test_gemm_dequant_is_the_f32_product_of_unscaled_operands(pair):
+    a = ref.quantize(testing.make_input("heavy", (32, 64), seed=1), F[pair[0]])
+    b = ref.quantize(testing.make_input("random", (64, 16), seed=2), F[pair[1]], axis=0)  # column-wise B
+    prod = ref.dequantize_layout(_unit_ts(a)) @ ref.dequantize_layout(_unit_ts(b)).t()
+    for out in (torch.float32, torch.bfloat16):
+        c = gk.gemm(a, b, out, impl="dequant")
+        assert torch.equal(c, ((prod / a.tensor_scale) / b.tensor_scale).to(out)), pair
+        c64, bound = testing.gemm_bound(ref.dequantize_layout(a), ref.dequantize_layout(b), out)
+        assert bool(((c.double() - c64).abs() <= bound).all()), pair
+
+
+def _mx_operand_with_bad_rows():
+    """MXFP4 (32, 64): row 3 spans 2^10 .. 2^-10 (0.5 * 2^-10 needs 2^(-10 - 4) in E4M3:
+    not exact), row 5 has a NaN scale byte, row 7 is all zero; the rest heavy-tailed."""
+    x = testing.make_input("heavy", (32, 64), seed=4)
+    x[3, :32], x[3, 32:] = 6 * 2.0**10, 0.5 * 2.0**-10
+    x[7] = 0.0
+    p = ref.quantize(x, F["mxfp4"])
+    p.scales[5, 1] = 0xFF
+    return p
+
+
+def test_fp8_conversion_is_bit_exact_and_flags_rows_it_cannot_hold():
+    p = _mx_operand_with_bad_rows()
+    a8, rs, ok = gk.to_e4m3_rowref(p)
+    assert a8.dtype == torch.float8_e4m3fn and rs.dtype == torch.float32 and ok.tolist() == [
+        i not in (3, 5) for i in range(32)]
+    want = ref.dequantize_layout(p)
+    got = a8.float() * rs[:, None]
+    assert testing.same_float(got[ok], want[ok])
+    assert torch.equal(a8.view(torch.uint8)[ok], (want[ok] / rs[ok, None]).to(torch.float8_e4m3fn).view(torch.uint8))
+    e = p.scales.int() - 127
+    assert torch.equal(rs[ok], torch.pow(2.0, (e.amax(1) - 6).clamp(-64, 63).float())[ok])
+    flags = torch.zeros(1, dtype=torch.int32)
+    gk.to_e4m3_rowref(p, flags)
+    assert flags.item() == 1  # bit 0: some row not exact
+    q = ref.quantize(testing.make_input("heavy", (16, 64), seed=3), F["mxfp4"])
+    q.tensor_scale = torch.tensor(0.5)
+    flags.zero_()
+    gk.to_e4m3_rowref(q, flags)
+    assert flags.item() == 2  # bit 1: a tensor scale to divide by
+    with pytest.raises(FormatError):
+        gk.to_e4m3_rowref(ref.quantize(testing.make_input("random", (16, 64)), F["nvfp4"]))
+
+
+def test_gemm_fp8_route_emulated_and_its_fallback():
+    a = ref.quantize(testing.make_input("heavy", (32, 64), seed=5), F["mxfp4-rceil"])
+    b = ref.quantize(testing.make_input("random", (16, 64), seed=6), F["mxfp4"])
+    for bb in (b, _mx_operand_with_bad_rows()):
+        before = gk.STATS["fp8_fallbacks"]
+        for out in (torch.float32, torch.bfloat16):
+            c = gk.gemm(a, bb, out, impl="fp8")
+            c64, bound = testing.gemm_bound(ref.dequantize_layout(a), ref.dequantize_layout(bb), out)
+            fin = torch.isfinite(c64)
+            assert bool(((c.double() - c64).abs() <= bound)[fin].all())
+            assert torch.equal(torch.isnan(c), torch.isnan(c64))
+        fell_back = gk.STATS["fp8_fallbacks"] - before
+        assert fell_back == (0 if bb is b else 2)
+        if fell_back:
+            assert testing.same_float(gk.gemm(a, bb, torch.float32, impl="fp8"),
+                                      gk.gemm(a, bb, torch.float32, impl="dequant"))
+
+
+def test_gemm_impl_errors():
+    a = ref.quantize(testing.make_input("random", (16, 64)), F["mxfp4"])
+    nv = ref.quantize(testing.make_input("random", (16, 64)), F["nvfp4"])
+    with pytest.raises(ValueError, match="auto, triton, dequant, fp8"):
+        gk.gemm(a, a, impl="cublas")
+    with pytest.raises(FormatError, match="MXFP4"):
+        gk.gemm(a, nv, impl="fp8")
+    with pytest.raises(ShapeError):
+        gk.gemm(ref.quantize(testing.make_input("random", (8, 64)), F["mxfp4"]), a, impl="fp8")  # M = 8
+    assert torch.equal(gk.gemm(a, a, torch.float32), gk.gemm(a, a, torch.float32, impl="triton"))  # auto
+
+
 def test_kernel_entry_rejects_bad_input():
     x = testing.make_input("random", (16, 64))
     with pytest.raises(KernelInputError):

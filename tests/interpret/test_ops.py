@@ -50,6 +50,18 @@ def test_input_rules():
         ops.gemm(ops.quantize(x, NV), ops.quantize(x[:, :32].contiguous(), NV))
 
 
+def test_gemm_impl_on_cpu_is_checked_then_the_reference():
+    mx = testing.FORMATS["mxfp4"]
+    x = testing.make_input("heavy", (32, 64), seed=2)
+    a, b = ops.quantize(x, mx), ops.quantize(x[:16], mx)
+    for impl in ("auto", "triton", "dequant", "fp8"):
+        assert torch.equal(ops.gemm(a, b, torch.float32, impl=impl), ref.gemm(a, b, torch.float32))
+    with pytest.raises(ValueError, match="expected one of auto, triton, dequant, fp8"):
+        ops.gemm(a, b, impl="cutlass")
+    with pytest.raises(FormatError, match="MXFP4"):
+        ops.gemm(ops.quantize(x, NV), b, impl="fp8")
+
+
 def test_cpu_nonfinite_raises_like_the_rust_codec():
     x = testing.nonfinite_input((16, 64))
     with pytest.raises(NonFiniteError, match="3 non-finite"):
@@ -67,6 +79,8 @@ def test_custom_ops_registration():
     gargs = (p.codes, p.scales, p.tensor_scale, args[1], [16, 64], p.codes, p.scales, p.tensor_scale, args[1],
              [16, 64], torch.bfloat16)
     torch.library.opcheck(torch.ops.fourcast.gemm.default, gargs, test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.fourcast.gemm.default, gargs + ("dequant",),
+                          test_utils=("test_schema", "test_faketensor"))
 
 
 def test_traced_by_torch_compile():

@@ -124,6 +124,16 @@ def test_packed_gemm_path_is_exact_emulation(name):
     _assert_within(dw, ref["dw"], "dw")
 
 
+@pytest.mark.parametrize("name", PRESETS)
+def test_fused_path_equals_dequant_path_bit_for_bit(name):
+    r = fc.recipe(name)
+    x, w, b, gy = _inputs(2)
+    want = _run(_layer(r, w, b), x, gy)
+    got = _run(_layer(r, w, b, path="fused"), x, gy)
+    for g, e in zip(got, want):
+        assert torch.equal(g, e)
+
+
 @pytest.mark.parametrize("name", ["bf16", "fp8", "mxfp8"])
 def test_packed_path_refuses_non_fp4_recipes(name):
     with pytest.raises(RecipeError, match="gemm_path 'packed' runs block-scaled 4-bit GEMMs only"):

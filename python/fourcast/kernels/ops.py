@@ -26,12 +26,15 @@ Example:
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from fourcast.errors import NonFiniteError, ShapeError
 from fourcast.kernels import reference
 from fourcast.kernels.utils import (
     Packed,
+    check_gemm_impl,
     check_input,
     check_layout,
     check_rht,
@@ -42,7 +45,8 @@ from fourcast.kernels.utils import (
     parse_fmt,
 )
 
-__all__ = ["Packed", "mark_signs_valid", "quantize", "dequantize", "fake_quant", "gemm", "rht", "rht_signs", "quantize_rowcol"]
+__all__ = ["Packed", "Decoded", "mark_signs_valid", "quantize", "dequantize", "fake_quant", "gemm", "rht", "rht_signs",
+           "quantize_rowcol", "rowcol_operands", "decode_unscaled"]
 
 
 def _fmt_key(spec) -> str:
@@ -200,22 +204,22 @@ def _(codes, scales, tensor_scale, fmt_key, shape, axis, dtype):
 @torch.library.custom_op("fourcast::gemm", mutates_args=())
 def _gemm_op(a_codes: torch.Tensor, a_scales: torch.Tensor, a_ts: torch.Tensor, a_fmt: str, a_mk: list[int],
              b_codes: torch.Tensor, b_scales: torch.Tensor, b_ts: torch.Tensor, b_fmt: str, b_nk: list[int],
-             out_dtype: torch.dtype) -> torch.Tensor:
+             out_dtype: torch.dtype, impl: str = "auto") -> torch.Tensor:
     a = Packed(a_codes, a_scales, a_ts, a_ts, _fmt_dict(a_fmt), tuple(a_mk), -1)
     b = Packed(b_codes, b_scales, b_ts, b_ts, _fmt_dict(b_fmt), tuple(b_nk), -1)
-    return _gemm_impl(a, b, out_dtype)
+    return _gemm_impl(a, b, out_dtype, impl)
 
 
-def _gemm_impl(a: Packed, b: Packed, out_dtype: torch.dtype) -> torch.Tensor:
+def _gemm_impl(a: Packed, b: Packed, out_dtype: torch.dtype, impl: str = "auto") -> torch.Tensor:
     if a.codes.is_cuda:
         from fourcast.kernels import gemm as gk
 
-        return gk.gemm(a, b, out_dtype)
-    return reference.gemm(a, b, out_dtype)
+        return gk.gemm(a, b, out_dtype, impl)
+    return reference.gemm(a, b, out_dtype)  # CPU: the reference, whatever the impl
 
 
 @_gemm_op.register_fake
-def _(a_codes, a_scales, a_ts, a_fmt, a_mk, b_codes, b_scales, b_ts, b_fmt, b_nk, out_dtype):
+def _(a_codes, a_scales, a_ts, a_fmt, a_mk, b_codes, b_scales, b_ts, b_fmt, b_nk, out_dtype, impl="auto"):
     return a_codes.new_empty((a_mk[0], b_nk[0]), dtype=out_dtype)
 
 
@@ -275,9 +279,15 @@ def fake_quant(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", 
     return _fake_quant_op(x, _fmt_key(spec), axis, rounding, int(seed), int(offset), rht_n, signs, amax_arg)
 
 
-def gemm(a: Packed, b: Packed, out_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+def gemm(a: Packed, b: Packed, out_dtype: torch.dtype = torch.bfloat16, *, impl: str = "auto") -> torch.Tensor:
     """C[M, N] = A[M, K] . B[N, K]^T from packed operands, both blocked along K (their
     quantized layouts). FP32 accumulation; out_dtype bfloat16 or float32.
+
+    impl (CUDA; CPU tensors always get the reference): "auto" ("dequant" unless
+    kernels.gemm.AUTO_FP8), "triton" (in-register dequant kernel), "dequant"
+    (dequantize once + cuBLAS bf16), "fp8" (MXFP4 only, FormatError otherwise: exact
+    E4M3 operands on FP8 tensor cores, whose accumulation is looser than FP32). All but
+    "fp8" within testing.gemm_bound; kernels/gemm.py tells how.
 
     >>> import torch
     >>> from fourcast.kernels import ops
@@ -294,11 +304,13 @@ def gemm(a: Packed, b: Packed, out_dtype: torch.dtype = torch.bfloat16) -> torch
         raise ShapeError(f"gemm needs the same K: A is {ma}x{ka}, B is {nb}x{kb} (quantized layouts)")
     if a.codes.device != b.codes.device:
         raise ValueError(f"gemm operands on different devices: {a.codes.device} and {b.codes.device}")
+    check_gemm_impl(impl, a.spec, b.spec)
     if _direct(a.codes, a.scales, a.tensor_scale, b.codes, b.scales, b.tensor_scale):
         return _gemm_impl(Packed(a.codes, a.scales, a.tensor_scale, a.tensor_scale, a.fmt, (ma, ka), -1),
-                          Packed(b.codes, b.scales, b.tensor_scale, b.tensor_scale, b.fmt, (nb, kb), -1), out_dtype)
+                          Packed(b.codes, b.scales, b.tensor_scale, b.tensor_scale, b.fmt, (nb, kb), -1), out_dtype,
+                          impl)
     return _gemm_op(a.codes, a.scales, a.tensor_scale, _fmt_key(a.spec), [ma, ka],
-                    b.codes, b.scales, b.tensor_scale, _fmt_key(b.spec), [nb, kb], out_dtype)
+                    b.codes, b.scales, b.tensor_scale, _fmt_key(b.spec), [nb, kb], out_dtype, impl)
 
 
 def rht(x: torch.Tensor, n: int, signs: torch.Tensor, axis: int = -1) -> torch.Tensor:
@@ -349,3 +361,77 @@ def quantize_rowcol(x: torch.Tensor, fmt, *, fmt_col=None, rounding: str = "rtne
     col = quantize(x, fmt_col, axis=0, rounding=rounding_col, seed=seed, offset=offset + x.numel(), rht=rht_col,
                    tensor_amax=tensor_amax_col)
     return row, col
+
+
+class Decoded(NamedTuple):
+    """A quantized operand as its decoded values WITHOUT the tensor scale (value(code) *
+    block scale: exact in bf16 for every 4-bit and FP8 grid), in x's orientation, plus
+    the FP32 tensor scale that a GEMM epilogue divides out and the tensor amax."""
+
+    values: torch.Tensor
+    tensor_scale: torch.Tensor
+    amax: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.values.shape)
+
+
+def rowcol_operands(x: torch.Tensor, fmt, *, fmt_col=None, rounding: str = "rtne", rounding_col=None, seed: int = 0,
+                    offset: int = 0, rht=None, rht_col=None, tensor_amax=None, tensor_amax_col=None,
+                    outputs=("decoded", "packed"), dtype: torch.dtype = torch.bfloat16):
+    """quantize_rowcol, with each copy returned as "packed" (a Packed) or "decoded" (a
+    Decoded in `dtype`, what a GEMM consumes directly): the same codes and scales either
+    way. On CUDA one Triton pass writes whichever outputs are asked for (the decoded
+    copies without a separate dequantize pass); elsewhere quantize_rowcol + dequantize."""
+    fmt_col = fmt if fmt_col is None else fmt_col
+    rounding_col = rounding if rounding_col is None else rounding_col
+    for o in outputs:
+        if o not in ("decoded", "packed"):
+            raise ValueError(f"rowcol_operands outputs are 'decoded' or 'packed', got {o!r}")
+    if x.is_cuda and parse_fmt(fmt) == parse_fmt(fmt_col):
+        from fourcast.kernels import quantize as qk
+
+        x, spec, _, rht, _, _ = _prepare(x, fmt, -1, rounding, rht)
+        _, _, _, rht_col, _, _ = _prepare(x, fmt_col, 0, rounding_col, rht_col)
+        dec = tuple(o == "decoded" for o in outputs)
+        o = qk.launch_rowcol(x, spec, rounding, rounding_col, seed, offset, rht, rht_col,
+                             _amax_arg(tensor_amax, x.device), _amax_arg(tensor_amax_col, x.device),
+                             write_codes=(not dec[0], not dec[1]), write_xhat=dec, xhat_dtype=dtype, unscaled=True)
+        shape = tuple(x.shape)
+        out = []
+        for i, axis, r in ((0, -1, rht), (1, 0, rht_col)):
+            if dec[i]:
+                out.append(Decoded(o["xhat"][i], o["ts"][i], o["amax"][i]))
+            else:
+                out.append(Packed(o["codes"][i], o["scales"][i], o["ts"][i], o["amax"][i], spec.as_dict(), shape,
+                                  axis, r))
+        return tuple(out)
+    pair = quantize_rowcol(x, fmt, fmt_col=fmt_col, rounding=rounding, rounding_col=rounding_col, seed=seed,
+                           offset=offset, rht=rht, rht_col=rht_col, tensor_amax=tensor_amax,
+                           tensor_amax_col=tensor_amax_col)
+    return tuple(decode_unscaled(p, dtype) if o == "decoded" else p for p, o in zip(pair, outputs))
+
+
+def decode_unscaled(p: Packed, dtype: torch.dtype = torch.bfloat16) -> Decoded:
+    """A Packed operand as a Decoded one: dequantize with a unit tensor scale, so the
+    values are value * block scale (exact in bf16 for every 4-bit and FP8 grid) and the
+    FP32 tensor scale goes to the GEMM's FP32 output, as the hardware epilogue does."""
+    values = dequantize(Packed(p.codes, p.scales, _unit_like(p.tensor_scale), p.amax, p.fmt, tuple(p.shape), p.axis,
+                               p.rht), dtype)
+    return Decoded(values, p.tensor_scale, p.amax)
+
+
+# Read-only ones, one per (device, dtype, shape): a unit tensor scale without a fill
+# kernel per call.
+_UNITS: dict[tuple, torch.Tensor] = {}
+
+
+def _unit_like(ts):
+    if not isinstance(ts, torch.Tensor):
+        return 1.0
+    key = (ts.device, ts.dtype, tuple(ts.shape))
+    unit = _UNITS.get(key)
+    if unit is None:
+        unit = _UNITS[key] = torch.ones_like(ts)
+    return unit

@@ -25,6 +25,7 @@ on Hopper; bits then depend on the MMA's summation: tests compare with the ROT o
 from __future__ import annotations
 
 import math
+import os
 import struct
 
 import torch
@@ -101,6 +102,43 @@ def _round_grid(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constex
     else:
         code = ((e - EMIN) << MBITS) + ni
     return code, n * step
+
+
+@triton.jit
+def _round_elem(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, MODE: tl.constexpr):
+    """_round_grid for the elements, RTNE and SR in ~15 instructions instead of ~40 (the
+    same bits: every operation below is exact or the single rounding the grid defines).
+    Normal range (a >= 2^EMIN): round the f32 significand to MBITS bits on the bits
+    (RTNE: + half - 1 + lsb, then truncate; SR: truncate, step from the exponent field);
+    the code is the rounded bits' exponent and top mantissa. Subnormal range and integer
+    grids: n = a / step rounded to an integer by adding 2^23 (f32 addition rounds to
+    nearest even) or floored by the f32 -> int conversion (SR)."""
+    if MODE == 1:
+        return _round_grid(a, u, EMIN, MBITS, FIXED, MODE)
+    SHIFT: tl.constexpr = 23 - MBITS
+    INV_STEP: tl.constexpr = 2.0 ** (MBITS - EMIN)
+    STEP: tl.constexpr = 2.0 ** (EMIN - MBITS)
+    t = a * INV_STEP  # exact: a power of two
+    if MODE == 0:
+        n = (t + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
+    else:
+        n0 = t.to(tl.int32)  # floor: t >= 0
+        n = n0 + (u < t - n0.to(tl.float32)).to(tl.int32)  # u*step < a - n0*step, scaled by 1/step
+    if FIXED:
+        return n, n.to(tl.float32)
+    b = a.to(tl.int32, bitcast=True)
+    LOW: tl.constexpr = (1 << SHIFT) - 1
+    if MODE == 0:
+        rb = (b + (LOW >> 1) + ((b >> SHIFT) & 1)) & ~LOW
+    else:
+        tb = b & ~LOW
+        step = ((b & 0x7F800000) - (MBITS << 23)).to(tl.float32, bitcast=True)
+        up = u * step < a - tb.to(tl.float32, bitcast=True)
+        rb = tb + (up.to(tl.int32) << SHIFT)  # a carry into the exponent is the next binade's code
+    sub = a < 2.0 ** EMIN
+    code = tl.where(sub, n, (rb >> SHIFT) - ((127 + EMIN - 1) << MBITS))
+    value = tl.where(sub, n.to(tl.float32) * STEP, rb.to(tl.float32, bitcast=True))
+    return code, value
 
 
 @triton.jit
@@ -193,65 +231,51 @@ def _tensor_scales(amax, PER_TENSOR: tl.constexpr, RULE: tl.constexpr, NUM: tl.c
 
 
 @triton.jit
-def _quant_tile(y, m, k, M, K, amax, seed, offset,
-                EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
-                BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
-                SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
-                S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
-                NUM: tl.constexpr, NANB: tl.constexpr, MODE: tl.constexpr,
-                BM: tl.constexpr, BK: tl.constexpr):
-    """Quantize an f32 [BM, BK] tile of the (M, K) layout along K (reference.quantize_layout).
-    Returns (codes int32 [BM, BK], x_hat f32 [BM, BK], scale bytes per block, tensor scale)."""
-    PER_TENSOR: tl.constexpr = SCALE == 0
-    s_enc, pts = _tensor_scales(amax, PER_TENSOR, RULE, NUM)
-    bits = tl.abs(y).to(tl.int32, bitcast=True)
-    if PER_TENSOR:
-        bad_elem = tl.broadcast_to(_nonfinite(amax), y.shape)
-        q = y * s_enc
-        sval = tl.full(y.shape, 1.0, tl.float32)
-        sbytes = tl.zeros((1, 1), tl.int32)
-        ts = tl.where(_finite(amax), s_enc, float("nan"))
-    else:
-        bmax_bits = _block_max(bits, BM, BK, B, TILE2D)
-        bad = bmax_bits >= 0x7F800000
-        bamax = tl.where(bad, 0.0, bmax_bits.to(tl.float32, bitcast=True))
-        if SCALE == 1:  # ue8m0
-            if RULE == 0:
-                e = _floor_log2(bamax) - EMAX
-            else:  # rceil (reference.rceil_exponent)
-                t = (bamax * (1.0 / GMAX)).to(tl.int32, bitcast=True)
-                field = (t >> 23) & 0xFF
-                man = t & 0x7FFFFF
-                byte = tl.where(field == 0, (man > 0x400000).to(tl.int32),
-                                tl.minimum(field + (man != 0).to(tl.int32), 254))
-                e = byte - 127
-            e = tl.minimum(tl.maximum(e, -127), 127)
-            sbytes = e + 127
-            sv = _pow2(e)
-            q = y * _expand(_pow2(-e), BM, BK, B, TILE2D)
-        elif RULE == 2:  # te
-            s_dec = bamax * (s_enc * (1.0 / GMAX))
-            sbytes, sv = _round_grid(tl.minimum(s_dec, S_GMAX), s_dec, S_EMIN, S_MBITS, False, 0)
-            inv_s = tl.math.div_rn(tl.full(s_enc.shape, 1.0, tl.float32), s_enc)
-            enc = tl.minimum(tl.math.div_rn(tl.full(sv.shape, 1.0, tl.float32), sv * inv_s), 3.4028234663852886e38)
-            q = y * _expand(enc, BM, BK, B, TILE2D)
-        else:  # torchao
-            gm = tl.full(bamax.shape, GMAX, tl.float32)
-            s = tl.math.div_rn(tl.math.div_rn(bamax, gm), tl.broadcast_to(pts, bamax.shape))
-            s = tl.minimum(tl.maximum(s, S_MIN), S_GMAX)
-            sbytes, sv = _round_grid(s, s, S_EMIN, S_MBITS, False, 0)
-            q = y * _expand(tl.math.div_rn(tl.broadcast_to(s_enc, sv.shape), sv), BM, BK, B, TILE2D)
-        sbytes = tl.where(bad, NANB, sbytes)
-        sval = _expand(tl.where(bad, float("nan"), sv), BM, BK, B, TILE2D)
-        bad_elem = _expand(bad.to(tl.int32), BM, BK, B, TILE2D) != 0
-        ts = s_enc
-    q = tl.where(bad_elem, 0.0, q)
+def _block_scales(bmax_bits, s_enc, pts, GMAX: tl.constexpr, EMAX: tl.constexpr, SCALE: tl.constexpr,
+                  RULE: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr,
+                  S_MIN: tl.constexpr, NANB: tl.constexpr):
+    """Per block, from the bits of its amax (any shape): (scale byte, multiplier taking x
+    to the grid, decoded scale (NaN for a non-finite block), non-finite flag)."""
+    bad = bmax_bits >= 0x7F800000
+    bamax = tl.where(bad, 0.0, bmax_bits.to(tl.float32, bitcast=True))
+    if SCALE == 1:  # ue8m0
+        if RULE == 0:
+            e = _floor_log2(bamax) - EMAX
+        else:  # rceil (reference.rceil_exponent)
+            t = (bamax * (1.0 / GMAX)).to(tl.int32, bitcast=True)
+            field = (t >> 23) & 0xFF
+            man = t & 0x7FFFFF
+            byte = tl.where(field == 0, (man > 0x400000).to(tl.int32),
+                            tl.minimum(field + (man != 0).to(tl.int32), 254))
+            e = byte - 127
+        e = tl.minimum(tl.maximum(e, -127), 127)
+        sbytes = e + 127
+        sv = _pow2(e)
+        mult = _pow2(-e)
+    elif RULE == 2:  # te
+        s_dec = bamax * (s_enc * (1.0 / GMAX))
+        sbytes, sv = _round_grid(tl.minimum(s_dec, S_GMAX), s_dec, S_EMIN, S_MBITS, False, 0)
+        inv_s = tl.math.div_rn(tl.full(s_enc.shape, 1.0, tl.float32), s_enc)
+        mult = tl.minimum(tl.math.div_rn(tl.full(sv.shape, 1.0, tl.float32), sv * inv_s), 3.4028234663852886e38)
+    else:  # torchao
+        gm = tl.full(bamax.shape, GMAX, tl.float32)
+        s = tl.math.div_rn(tl.math.div_rn(bamax, gm), tl.broadcast_to(pts, bamax.shape))
+        s = tl.minimum(tl.maximum(s, S_MIN), S_GMAX)
+        sbytes, sv = _round_grid(s, s, S_EMIN, S_MBITS, False, 0)
+        mult = tl.math.div_rn(tl.broadcast_to(s_enc, sv.shape), sv)
+    return tl.where(bad, NANB, sbytes), mult, tl.where(bad, float("nan"), sv), bad
+
+
+@triton.jit
+def _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr,
+                 TWOS: tl.constexpr, BITS: tl.constexpr, GMAX: tl.constexpr, MODE: tl.constexpr,
+                 UNSCALED: tl.constexpr):
+    """Elementwise: codes (int32) and x_hat of y given its block's multiplier and decoded
+    scale (broadcast to y's shape). UNSCALED: x_hat without the tensor scale, value *
+    scale, exact (a GEMM epilogue divides the tensor scales out)."""
+    q = tl.where(bad_elem, 0.0, y * mult)
     q = tl.minimum(tl.maximum(q, -GMAX), GMAX)
-    if MODE == 2:
-        u = sr_uniform(seed, m, k, K, offset)
-    else:
-        u = q
-    mag, val = _round_grid(tl.abs(q), u, EMIN, MBITS, FIXED, MODE)
+    mag, val = _round_elem(tl.abs(q), u, EMIN, MBITS, FIXED, MODE)
     neg = (q.to(tl.int32, bitcast=True) >> 31) != 0
     if TWOS:
         codes = tl.where(neg, (0 - mag) & 0xF, mag)
@@ -262,7 +286,44 @@ def _quant_tile(y, m, k, M, K, amax, seed, offset,
         val = _with_sign(val, neg & (mag != 0))
     else:
         val = _with_sign(val, neg)
-    xhat = tl.math.div_rn(val * sval, tl.broadcast_to(ts, val.shape))
+    if UNSCALED:
+        xhat = val * sval
+    else:
+        xhat = tl.math.div_rn(val * sval, tl.broadcast_to(ts, val.shape))
+    return codes, xhat
+
+
+@triton.jit
+def _quant_tile(y, m, k, M, K, amax, seed, offset,
+                EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
+                BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
+                SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
+                S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
+                NUM: tl.constexpr, NANB: tl.constexpr, MODE: tl.constexpr,
+                BM: tl.constexpr, BK: tl.constexpr, UNSCALED: tl.constexpr = False):
+    """Quantize an f32 [BM, BK] tile of the (M, K) layout along K (reference.quantize_layout).
+    Returns (codes int32 [BM, BK], x_hat f32 [BM, BK], scale bytes per block, tensor scale)."""
+    PER_TENSOR: tl.constexpr = SCALE == 0
+    s_enc, pts = _tensor_scales(amax, PER_TENSOR, RULE, NUM)
+    if PER_TENSOR:
+        bad_elem = tl.broadcast_to(_nonfinite(amax), y.shape)
+        mult = tl.broadcast_to(s_enc, y.shape)
+        sval = tl.full(y.shape, 1.0, tl.float32)
+        sbytes = tl.zeros((1, 1), tl.int32)
+        ts = tl.where(_finite(amax), s_enc, float("nan"))
+    else:
+        bmax_bits = _block_max(tl.abs(y).to(tl.int32, bitcast=True), BM, BK, B, TILE2D)
+        sbytes, mult_b, sv, bad = _block_scales(bmax_bits, s_enc, pts, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
+                                                S_GMAX, S_MIN, NANB)
+        mult = _expand(mult_b, BM, BK, B, TILE2D)
+        sval = _expand(sv, BM, BK, B, TILE2D)
+        bad_elem = _expand(bad.to(tl.int32), BM, BK, B, TILE2D) != 0
+        ts = s_enc
+    if MODE == 2:
+        u = sr_uniform(seed, m, k, K, offset)
+    else:
+        u = y
+    codes, xhat = _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, UNSCALED)
     return codes, xhat, sbytes, ts
 
 
@@ -317,7 +378,8 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
                      PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, WRITE_CODES: tl.constexpr,
                      WRITE_XHAT: tl.constexpr, WRITE_ROT: tl.constexpr,
                      RHT_N: tl.constexpr, LOG2N: tl.constexpr, RHT_IMPL: tl.constexpr, DOT_BF16: tl.constexpr,
-                     RNE_BF16: tl.constexpr, RHT_NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+                     RNE_BF16: tl.constexpr, RHT_NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+                     UNSCALED: tl.constexpr = False):
     """One [BM, BK] tile of the (M, K) layout (x viewed through strides s_m, s_k).
     PASS 0: tensor amax only (atomic max of |y| bits: NaN > Inf > finite, so NaN wins).
     PASS 1: quantize; codes/scales and/or x_hat (written through x's strides)."""
@@ -338,7 +400,7 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
         amax = tl.load(AMAX_IN).to(tl.float32)
         codes, xhat, sbytes, ts = _quant_tile(
             y, m, k, M, K, amax, seed, offset, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
-            TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE, BM, BK)
+            TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE, BM, BK, UNSCALED)
         if WRITE_CODES:
             _store_codes(CODES, codes, m, k, M, K, tl.program_id(1), BITS, BM, BK)
             if SCALE != 0:
@@ -360,7 +422,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, WRITE_CODES: tl.constexpr,
                    WRITE_XHAT: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, RN_C: tl.constexpr,
                    LOG2N_C: tl.constexpr, RNE_BF16: tl.constexpr, NORM_R: tl.constexpr, NORM_C: tl.constexpr,
-                   BR: tl.constexpr, BC: tl.constexpr):
+                   BR: tl.constexpr, BC: tl.constexpr, UNSCALED: tl.constexpr = False):
     """Row-wise (blocks along C) AND column-wise (blocks along R: x^T's layout) copies of a
     row-major (R, C) x from ONE read of each [BR, BC] tile. Each copy has its own RHT,
     rounding and tensor amax (AMAX_BITS[0] row, [1] col); x_hat of both in x's orientation."""
@@ -391,7 +453,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         amax_c = tl.load(AMAX_IN + 1).to(tl.float32)
         codes, xhat, sbytes, ts_r = _quant_tile(
             yr, r, c, R, C, amax_r, seed, offset_r, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
-            TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE_R, BR, BC)
+            TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE_R, BR, BC, UNSCALED)
         if WRITE_CODES:
             _store_codes(CODES_R, codes, r, c, R, C, pid_c, BITS, BR, BC)
             if SCALE != 0:
@@ -400,7 +462,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             tl.store(XHAT_R + r * C + c, _cast_out(xhat, XHAT_R, RNE_BF16), mask=inb)
         codes, xhat, sbytes, ts_c = _quant_tile(
             yc, mt, kt, C, R, amax_c, seed, offset_c, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
-            TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE_C, BC, BR)
+            TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE_C, BC, BR, UNSCALED)
         if WRITE_CODES:
             _store_codes(CODES_C, codes, mt, kt, C, R, pid_r, BITS, BC, BR)
             if SCALE != 0:
@@ -410,6 +472,138 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         if (pid_r == 0) & (pid_c == 0):
             tl.store(TS_OUT, ts_r)
             tl.store(TS_OUT + 1, ts_c)
+
+
+@triton.jit
+def _col_block_max(bits_e, bits_o, BH: tl.constexpr, BC: tl.constexpr, B: tl.constexpr):
+    """Per column block (B rows = B/2 even + B/2 odd rows of the tile): [2 BH / B, BC]."""
+    NB: tl.constexpr = 2 * BH // B
+    me = tl.max(tl.reshape(bits_e, (NB, B // 2, BC)), axis=1)
+    mo = tl.max(tl.reshape(bits_o, (NB, B // 2, BC)), axis=1)
+    return tl.maximum(me, mo)
+
+
+@triton.jit
+def _col_expand(v, BH: tl.constexpr, BC: tl.constexpr, B: tl.constexpr):
+    """Per column block values back to one half tile [BH, BC]."""
+    NB: tl.constexpr = 2 * BH // B
+    return tl.reshape(tl.broadcast_to(tl.reshape(v, (NB, 1, BC)), (NB, B // 2, BC)), (BH, BC))
+
+
+@triton.jit
+def _row_half(CODES, SCALES, XHAT, y, m, c, inb, R, C, pid_c, s_enc, pts, seed, offset, EMIN: tl.constexpr,
+              MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr, BITS: tl.constexpr, GMAX: tl.constexpr,
+              EMAX: tl.constexpr, SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, S_EMIN: tl.constexpr,
+              S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr, NANB: tl.constexpr,
+              MODE: tl.constexpr, UNSCALED: tl.constexpr, CODES_ON: tl.constexpr, XHAT_ON: tl.constexpr,
+              RNE_BF16: tl.constexpr, BH: tl.constexpr, BC: tl.constexpr):
+    """Row-wise copy of one half tile (rows m, blocks along C): quantize and store."""
+    bmax = _block_max(tl.abs(y).to(tl.int32, bitcast=True), BH, BC, B, False)
+    sb, mult, sv, bad = _block_scales(bmax, s_enc, pts, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
+                                      NANB)
+    if MODE == 2:
+        u = sr_uniform(seed, m, c, C, offset)
+    else:
+        u = y
+    codes, xhat = _quant_elems(y, _expand(mult, BH, BC, B, False), _expand(sv, BH, BC, B, False),
+                               _expand(bad.to(tl.int32), BH, BC, B, False) != 0, s_enc, u, EMIN, MBITS, FIXED, TWOS,
+                               BITS, GMAX, MODE, UNSCALED)
+    if CODES_ON:
+        _store_codes(CODES, codes, m, c, R, C, pid_c, BITS, BH, BC)
+        cb = pid_c * (BC // B) + tl.arange(0, BC // B)[None, :]
+        tl.store(SCALES + m * (C // B) + cb, sb.to(tl.uint8), mask=(m < R) & (cb < C // B))
+    if XHAT_ON:
+        tl.store(XHAT + m * C + c, _cast_out(xhat, XHAT, RNE_BF16), mask=inb)
+
+
+@triton.jit
+def _rowcol_split_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN, TS_OUT,
+                         SIGNS_R, R, C, seed, offset_r, offset_c, scale_r,
+                         EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
+                         BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
+                         SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr,
+                         S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
+                         NUM: tl.constexpr, NANB: tl.constexpr, MODE_R: tl.constexpr, MODE_C: tl.constexpr,
+                         PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, CODES_R_ON: tl.constexpr,
+                         XHAT_R_ON: tl.constexpr, CODES_C_ON: tl.constexpr, XHAT_C_ON: tl.constexpr,
+                         UNSCALED: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, NORM_R: tl.constexpr,
+                         RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """_rowcol_kernel's contract (block formats, no RHT on the column copy) without the
+    in-register transpose: the tile is read as its even and its odd rows, so a column
+    block of B rows is B/2 rows of each half (a max over dim 0, in-thread), the packed
+    column codes pair an even row with the odd row below it, and both x_hat copies are
+    written in x's orientation. Only the column codes and scales are stored transposed
+    (a quarter of the bytes). CODES/XHAT_*_ON pick the outputs per copy; UNSCALED writes
+    x_hat without the tensor scale (exact in bf16)."""
+    BH: tl.constexpr = BR // 2
+    NB: tl.constexpr = BR // B
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    half = pid_r * BH + tl.arange(0, BH)[:, None]
+    re = 2 * half
+    ro = re + 1
+    c = pid_c * BC + tl.arange(0, BC)[None, :]
+    in_e = (re < R) & (c < C)
+    in_o = (ro < R) & (c < C)
+    xe = tl.load(X + re * C + c, mask=in_e, other=0.0).to(tl.float32)
+    xo = tl.load(X + ro * C + c, mask=in_o, other=0.0).to(tl.float32)
+    if RN_R > 0:
+        ye = _rotate(xe, c, SIGNS_R, SIGNS_R, scale_r, BH, BC, RN_R, LOG2N_R, 0, False, NORM_R)
+        yo = _rotate(xo, c, SIGNS_R, SIGNS_R, scale_r, BH, BC, RN_R, LOG2N_R, 0, False, NORM_R)
+    else:
+        ye = xe
+        yo = xo
+    if PASS == 0 or FUSE_AMAX:
+        ar = tl.maximum(tl.max(tl.abs(ye).to(tl.int32, bitcast=True), axis=1),
+                        tl.max(tl.abs(yo).to(tl.int32, bitcast=True), axis=1))
+        ac = tl.maximum(tl.max(tl.abs(xe).to(tl.int32, bitcast=True), axis=1),
+                        tl.max(tl.abs(xo).to(tl.int32, bitcast=True), axis=1))
+        tl.atomic_max(AMAX_BITS, tl.max(ar, axis=0))
+        tl.atomic_max(AMAX_BITS + 1, tl.max(ac, axis=0))
+    if PASS == 1:
+        s_r, p_r = _tensor_scales(tl.load(AMAX_IN).to(tl.float32), False, RULE, NUM)
+        s_c, p_c = _tensor_scales(tl.load(AMAX_IN + 1).to(tl.float32), False, RULE, NUM)
+        if CODES_R_ON or XHAT_R_ON:
+            _row_half(CODES_R, SCALES_R, XHAT_R, ye, re, c, in_e, R, C, pid_c, s_r, p_r, seed, offset_r, EMIN, MBITS,
+                      FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE_R,
+                      UNSCALED, CODES_R_ON, XHAT_R_ON, RNE_BF16, BH, BC)
+            _row_half(CODES_R, SCALES_R, XHAT_R, yo, ro, c, in_o, R, C, pid_c, s_r, p_r, seed, offset_r, EMIN, MBITS,
+                      FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE_R,
+                      UNSCALED, CODES_R_ON, XHAT_R_ON, RNE_BF16, BH, BC)
+        if CODES_C_ON or XHAT_C_ON:
+            bmax = _col_block_max(tl.abs(xe).to(tl.int32, bitcast=True), tl.abs(xo).to(tl.int32, bitcast=True),
+                                  BH, BC, B)
+            sb, mult_b, sv_b, bad_b = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
+                                                    S_GMAX, S_MIN, NANB)
+            mult = _col_expand(mult_b, BH, BC, B)
+            sval = _col_expand(sv_b, BH, BC, B)
+            bad = _col_expand(bad_b.to(tl.int32), BH, BC, B) != 0
+            if MODE_C == 2:  # the column layout (C, R): element (c, r)
+                ue = sr_uniform(seed, c, re, R, offset_c)
+                uo = sr_uniform(seed, c, ro, R, offset_c)
+            else:
+                ue = xe
+                uo = xo
+            ce, he = _quant_elems(xe, mult, sval, bad, s_c, ue, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE_C, UNSCALED)
+            co, ho = _quant_elems(xo, mult, sval, bad, s_c, uo, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE_C, UNSCALED)
+            if CODES_C_ON:  # transposed in registers first, so each store runs along R
+                ct = pid_c * BC + tl.arange(0, BC)[:, None]
+                if BITS == 4:
+                    ht = pid_r * BH + tl.arange(0, BH)[None, :]
+                    tl.store(CODES_C + ct * (R // 2) + ht, tl.trans((ce | (co << 4)).to(tl.uint8)),
+                             mask=(ct < C) & (ht < R // 2))
+                else:
+                    rt = pid_r * BR + tl.arange(0, BR)[None, :]
+                    pair = tl.permute(tl.join(ce.to(tl.uint8), co.to(tl.uint8)), (1, 0, 2))
+                    tl.store(CODES_C + ct * R + rt, tl.reshape(pair, (BC, BR)), mask=(ct < C) & (rt < R))
+                bt = pid_r * NB + tl.arange(0, NB)[None, :]
+                tl.store(SCALES_C + ct * (R // B) + bt, tl.trans(sb.to(tl.uint8)), mask=(ct < C) & (bt < R // B))
+            if XHAT_C_ON:
+                tl.store(XHAT_C + re * C + c, _cast_out(he, XHAT_C, RNE_BF16), mask=in_e)
+                tl.store(XHAT_C + ro * C + c, _cast_out(ho, XHAT_C, RNE_BF16), mask=in_o)
+        if (pid_r == 0) & (pid_c == 0):
+            tl.store(TS_OUT, s_r)
+            tl.store(TS_OUT + 1, s_c)
 
 
 @triton.jit
@@ -694,6 +888,24 @@ def _dequant_constexprs(spec: Spec) -> dict:
     return d
 
 
+def split_config(rn_r: int):
+    """_rowcol_split_kernel's tile: 64 rows (two 32-row halves) x 32 columns, 4 warps:
+    with 32 columns a warp spans 8 rows of a half, so a column block's max and broadcast
+    stay inside one warp (shuffles, no shared memory; benchmarks/sass_count.py). Fastest
+    of six tiles on the H200 with (32, 32, 2), within 1% (kernels-h200.md).
+    FOURCAST_SPLIT_TILE="BR,BC,WARPS" overrides it (benchmarks sweep it). Interpreter: 32x32."""
+    if "split" in CONFIG_OVERRIDE:
+        br, bc, w = CONFIG_OVERRIDE["split"]
+        return br, max(bc, rn_r), w
+    if interpreting():
+        return 32, max(32, rn_r), 8
+    env = os.environ.get("FOURCAST_SPLIT_TILE")
+    if env:
+        br, bc, w = (int(v) for v in env.split(","))
+        return br, max(bc, rn_r), w
+    return 64, max(32, rn_r), 4
+
+
 def rowcol_config(rn_r: int, rn_c: int):
     """Square tiles so that one read feeds both copies; 64x64 (4K elements, 8 warps)
     unless an RHT of 128 needs more. Interpreter: 32x32."""
@@ -703,16 +915,42 @@ def rowcol_config(rn_r: int, rn_c: int):
     return t, t, 8
 
 
+def split_eligible(spec: Spec, rht_c, rht_r=None, decoded: bool = True) -> bool:
+    """Whether _rowcol_split_kernel serves this rowcol call: block formats with 1-D
+    blocks, no RHT, and a decoded (x_hat) copy asked for. Measured on the H200
+    (kernels-h200.md): the transposing _rowcol_kernel is faster when both copies are
+    codes (408 vs 486 us at 8192^2), and a row RHT in the split kernel's half tiles is
+    far slower (Triton 3.6), while only the split kernel writes one copy decoded and the
+    other packed in one pass."""
+    if CONFIG_OVERRIDE.get("no_split"):  # benchmarks: the transposing kernel as a baseline
+        return False
+    return not spec.per_tensor and not spec.tile_2d and rht_c is None and rht_r is None and decoded
+
+
 def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, offset: int, rht_r, rht_c,
-                  amax_r, amax_c, *, write_codes: bool, write_xhat: bool, xhat_dtype=None):
-    """Both copies of a 2-D x from one read per tile (after an amax pass if needed)."""
+                  amax_r, amax_c, *, write_codes, write_xhat, xhat_dtype=None, unscaled: bool = False):
+    """Both copies of a 2-D x from one read per tile (after an amax pass if needed).
+    write_codes / write_xhat: a bool for both copies or a (row, col) pair. unscaled:
+    x_hat without the tensor scale (value * block scale, exact in bf16)."""
     if x.dim() != 2:
         raise ValueError(f"quantize_rowcol needs a 2-D tensor, got shape {tuple(x.shape)}")
     R, C = x.shape
     check_layout(spec, R, C, rht_r)
     check_layout(spec, C, R, rht_c)
     dev = x.device
-    br, bc, warps = rowcol_config(0 if rht_r is None else rht_r[0], 0 if rht_c is None else rht_c[0])
+    codes_on = (write_codes, write_codes) if isinstance(write_codes, bool) else tuple(write_codes)
+    xhat_on = (write_xhat, write_xhat) if isinstance(write_xhat, bool) else tuple(write_xhat)
+    split = split_eligible(spec, rht_c, rht_r, any(xhat_on))
+    if CONFIG_OVERRIDE.get("split_force"):  # tests: the split kernel on a call it supports but is not routed
+        split = not spec.per_tensor and not spec.tile_2d and rht_c is None
+    if not split:  # _rowcol_kernel writes an output kind for both copies or neither
+        codes_on = (any(codes_on),) * 2
+        xhat_on = (any(xhat_on),) * 2
+    rn = 0 if rht_r is None else rht_r[0]
+    if split:
+        br, bc, warps = split_config(rn)
+    else:
+        br, bc, warps = rowcol_config(rn, 0 if rht_c is None else rht_c[0])
     sr_, _, scale_r, rn_r, l_r = _rht_args(rht_r, bc, dev, 0)
     sc_, _, scale_c, rn_c, l_c = _rht_args(rht_c, br, dev, 0)
     consts = _constexprs(spec, rounding_r)
@@ -720,8 +958,8 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     pk = spec.packed
     u8 = _empty_u8(dev)
 
-    def bufs(m, k):
-        if not write_codes:
+    def bufs(m, k, on):
+        if not on:
             return u8, u8
         codes = torch.empty((m, k // 2 if pk else k), dtype=torch.uint8, device=dev)
         if spec.per_tensor:
@@ -730,11 +968,11 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
             return codes, torch.empty((m // 16, k // 16), dtype=torch.uint8, device=dev)
         return codes, torch.empty((m, k // spec.block), dtype=torch.uint8, device=dev)
 
-    codes_r, scales_r = bufs(R, C)
-    codes_c, scales_c = bufs(C, R)
+    codes_r, scales_r = bufs(R, C, codes_on[0])
+    codes_c, scales_c = bufs(C, R, codes_on[1])
     xd = xhat_dtype or x.dtype
-    xhat_r = torch.empty((R, C), dtype=xd, device=dev) if write_xhat else x
-    xhat_c = torch.empty((R, C), dtype=xd, device=dev) if write_xhat else x
+    xhat_r = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[0] else x
+    xhat_c = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[1] else x
     amax_bits = torch.zeros(2, dtype=torch.int32, device=dev)
     ts = torch.empty(2, dtype=torch.float32, device=dev)
     needs = spec.two_level or spec.per_tensor
@@ -746,19 +984,31 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
         amax_in = amax_bits.view(torch.float32)
     grid = (_cdiv(R, br), _cdiv(C, bc))
     common = dict(consts, MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c], RN_R=rn_r, LOG2N_R=l_r,
-                  RN_C=rn_c, LOG2N_C=l_c, RNE_BF16=interpreting(), NORM_R=rht_norm(rn_r), NORM_C=rht_norm(rn_c), BR=br,
-                  BC=bc, num_warps=warps)
-    args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
-            int(seed), int(offset), int(offset) + R * C, scale_r, scale_c)
+                  RNE_BF16=interpreting(), NORM_R=rht_norm(rn_r), BR=br, BC=bc, UNSCALED=unscaled, num_warps=warps)
+    if split:
+        del common["TILE2D"]
+        kernel = _rowcol_split_kernel
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, R, C,
+                int(seed), int(offset), int(offset) + R * C, scale_r)
+        flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
+        off = dict(CODES_R_ON=False, XHAT_R_ON=False, CODES_C_ON=False, XHAT_C_ON=False)
+    else:
+        kernel = _rowcol_kernel
+        common.update(RN_C=rn_c, LOG2N_C=l_c, NORM_C=rht_norm(rn_c))
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
+                int(seed), int(offset), int(offset) + R * C, scale_r, scale_c)
+        flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0])
+        off = dict(WRITE_CODES=False, WRITE_XHAT=False)
     if fresh:
-        _rowcol_kernel[grid](*args, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False, **common)
+        kernel[grid](*args, PASS=0, FUSE_AMAX=False, **off, **common)
         if any(a is not None for a in given):  # one copy's amax supplied, the other measured
             measured = amax_bits.view(torch.float32)
             amax_in = torch.stack([measured[i] if a is None else
                                    torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(())
                                    for i, a in enumerate(given)])
+            args = args[:8] + (amax_in,) + args[9:]
     fuse = not needs and all(a is None for a in given)
-    _rowcol_kernel[grid](*args, PASS=1, FUSE_AMAX=fuse, WRITE_CODES=write_codes, WRITE_XHAT=write_xhat, **common)
+    kernel[grid](*args, PASS=1, FUSE_AMAX=fuse, **flags, **common)
     amax = amax_in if (needs and not fresh) or any(a is not None for a in given) else amax_bits.view(torch.float32)
     return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax)
 

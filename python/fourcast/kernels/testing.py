@@ -146,14 +146,17 @@ def check_quantizer(x: torch.Tensor, fmt, **kw) -> Packed:
     return a
 
 
-def gemm_bound(a_hat: torch.Tensor, b_hat: torch.Tensor, out_dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def gemm_bound(a_hat: torch.Tensor, b_hat: torch.Tensor, out_dtype, fp8_tc: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor]:
     """(float64 product C64, allowed |C - C64|) for C = A_hat . B_hat^T computed with FP32
     accumulation in any order plus two epilogue divisions: 2 (K + 2) 2^-24 |A||B|^T,
-    plus the bf16 output rounding (2^-8 |C64|) and the smallest subnormal."""
+    plus the bf16 output rounding (2^-8 |C64|) and the smallest subnormal. fp8_tc: plus
+    2^-9 |A||B|^T for Hopper FP8 tensor-core accumulation (gemm impl "fp8"; empirical:
+    at most 2^-11.4 seen on an H200, kernels/gemm.py)."""
     A, B = a_hat.double(), b_hat.double()
     c64 = A @ B.t()
     k = A.shape[1]
-    bound = 2 * (k + 2) * 2.0**-24 * (A.abs() @ B.abs().t())
+    bound = (2 * (k + 2) * 2.0**-24 + (2.0**-9 if fp8_tc else 0.0)) * (A.abs() @ B.abs().t())
     if out_dtype == torch.bfloat16:
         bound = bound + 2.0**-8 * c64.abs() * (1 + 2 * (k + 2) * 2.0**-24)
     return c64, bound + 2.0**-149

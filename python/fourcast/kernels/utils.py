@@ -284,6 +284,29 @@ def check_input(x: torch.Tensor, what: str = "x", dtypes=SUPPORTED_DTYPES) -> No
         raise FormatError(f"{what} has dtype {x.dtype}; supported: {', '.join(str(d) for d in dtypes)}")
 
 
+GEMM_IMPLS = ("auto", "triton", "dequant", "fp8")
+
+
+def is_mx_e2m1(spec: Spec) -> bool:
+    """E2M1 elements with UE8M0 block scales along K (MXFP4): what impl="fp8" can fold
+    into E4M3 operands exactly (every value is a power of two times 1 or 1.5)."""
+    return spec.element == "e2m1" and spec.scale == "ue8m0" and not spec.tile_2d
+
+
+def check_gemm_impl(impl: str, a: Spec, b: Spec) -> str:
+    """Validate a gemm `impl` (kernels/gemm.py says what each does); no triton needed,
+    so the CPU path of ops.gemm refuses the same inputs as the CUDA one."""
+    if impl not in GEMM_IMPLS:
+        raise ValueError(f"unknown gemm impl {impl!r}; expected one of {', '.join(GEMM_IMPLS)}")
+    if impl == "fp8":
+        for what, spec in (("A", a), ("B", b)):
+            if not is_mx_e2m1(spec):
+                raise FormatError(f"gemm impl 'fp8' needs MXFP4 operands (e2m1 elements, ue8m0 block scales along K); "
+                                  f"{what} is {spec.element}/{spec.scale}{' 2D tiles' if spec.tile_2d else ''} "
+                                  f"(use impl='dequant' or 'triton')")
+    return impl
+
+
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1 (the kernels then run on CPU tensors)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

@@ -130,7 +130,7 @@ class TrainConfig:
     ckpt_every: int = 100  # 0 = only at the end
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     autocast: bool = True  # bf16 autocast of the non-quantized parts (CUDA only)
-    gemm_path: str = "dequant"  # QLinear emulation path: dequant | fake | packed
+    gemm_path: str = "fused"  # QLinear emulation path: fused | dequant (both exact) | fake | packed
     dist: str = "ddp"  # under torchrun (WORLD_SIZE set): ddp | fsdp
     profile_steps: int = 0  # sampled steps written to profile.json (0 = off)
     capture_every: int = 0  # save X, W, dY samples every K steps (0 = off)
@@ -145,8 +145,8 @@ class TrainConfig:
         for name in ("steps", "batch", "seq"):
             if getattr(self, name) < 1:
                 raise TrainError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.gemm_path not in ("dequant", "fake", "packed"):
-            raise TrainError(f"gemm_path must be dequant, fake or packed, got '{self.gemm_path}'")
+        if self.gemm_path not in ("fused", "dequant", "fake", "packed"):
+            raise TrainError(f"gemm_path must be fused, dequant, fake or packed, got '{self.gemm_path}'")
         if self.dist not in ("ddp", "fsdp"):
             raise TrainError(f"dist must be ddp or fsdp, got '{self.dist}'")
         return self

@@ -1,0 +1,142 @@
+"""SASS instructions per element of the quantizer kernels, compiled for sm_90a on a
+machine without a GPU (Triton's bundled ptxas + nvdisasm): the static instruction count
+is the kernel's per-tile work (it has no loops), divided by the elements each thread
+owns. An H200 affords about 20 per element at copy bandwidth for a one-copy 4-bit
+quantizer (kernels-h200.md), so this ranks variants without device time.
+
+    python benchmarks/sass_count.py            # table
+    python benchmarks/sass_count.py --json     # for scripts
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from fourcast.kernels import quantize as qk
+from fourcast.kernels.utils import parse_fmt
+
+PTRS = dict(X="*bf16", CODES="*u8", SCALES="*u8", XHAT="*bf16", ROT="*fp32", AMAX_BITS="*i32", AMAX_IN="*fp32",
+            TS_OUT="*fp32", SIGNS="*fp32", HMAT="*fp32")
+SCALARS = dict(M="i32", K="i32", s_m="i32", seed="i64", offset="i64", rht_scale="fp32")
+RC_PTRS = dict(X="*bf16", CODES_R="*u8", SCALES_R="*u8", XHAT_R="*bf16", CODES_C="*u8", SCALES_C="*u8",
+               XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN="*fp32", TS_OUT="*fp32", SIGNS_R="*fp32", SIGNS_C="*fp32")
+RC_SCALARS = dict(R="i32", C="i32", seed="i64", offset_r="i64", offset_c="i64", scale_r="fp32", scale_c="fp32")
+
+
+# What the launcher's specialisation gives real launches: 16-byte aligned pointers and
+# sizes/row strides divisible by 16 (tensors from torch.empty, K a multiple of 64).
+ALIGNED = ("X", "CODES", "SCALES", "XHAT", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "XHAT_C",
+           "M", "K", "s_m", "R", "C")
+
+
+def _sass(fn, signature: dict, constexprs: dict, warps: int) -> str:
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ALIGNED if a in fn.arg_names}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        return subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
+def _count(sass: str) -> int:
+    return sum(1 for line in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4}\*/\s+\S", line))
+
+
+def one_layout(fmt: str, rounding: str, rht: int, write_codes=True, write_xhat=False, fast=None) -> dict:
+    spec = parse_fmt(_fmt(fmt))
+    bm, bk, warps = qk.config(spec, rht, -1)
+    c = qk._constexprs(spec, rounding)
+    c.update(PASS=1, FUSE_AMAX=False, WRITE_CODES=write_codes, WRITE_XHAT=write_xhat, WRITE_ROT=False,
+             RHT_N=rht, LOG2N=rht.bit_length() - 1 if rht else 0, RHT_IMPL=0, DOT_BF16=False, RNE_BF16=False,
+             RHT_NORM=qk.rht_norm(rht), BM=bm, BK=bk, s_k=1, UNSCALED=False)
+    if fast is not None:
+        c["FAST"] = fast
+    sig = dict(PTRS, **SCALARS, **{k: "constexpr" for k in c})
+    n = _count(_sass(qk._quantize_kernel, sig, c, warps))
+    return dict(kernel="quantize", fmt=fmt, rounding=rounding, rht=rht, xhat=write_xhat, instr=n,
+                per_elem=n / (bm * bk / (32 * warps)))
+
+
+def rowcol(fmt: str, rounding: str, write_codes=True, write_xhat=False) -> dict:
+    spec = parse_fmt(_fmt(fmt))
+    br, bc, warps = qk.rowcol_config(0, 0)
+    c = qk._constexprs(spec, rounding)
+    mode = c.pop("MODE")
+    c.update(MODE_R=mode, MODE_C=mode, PASS=1, FUSE_AMAX=False, WRITE_CODES=write_codes, WRITE_XHAT=write_xhat,
+             RN_R=0, LOG2N_R=0, RN_C=0, LOG2N_C=0, RNE_BF16=False, NORM_R=1.0, NORM_C=1.0, BR=br, BC=bc, UNSCALED=False)
+    sig = dict(RC_PTRS, **RC_SCALARS, **{k: "constexpr" for k in c})
+    n = _count(_sass(qk._rowcol_kernel, sig, c, warps))
+    return dict(kernel="rowcol", fmt=fmt, rounding=rounding, rht=0, xhat=write_xhat, instr=n,
+                per_elem=n / (br * bc / (32 * warps)))
+
+
+def _fmt(name: str) -> dict:
+    """"element/scale/block/rule" -> a TensorFormat dict."""
+    element, scale, block, rule = name.split("/")
+    return dict(element=element, scale=scale, block=int(block), tile_2d=False, rule=rule)
+
+
+def split(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unscaled=False) -> dict:
+    spec = parse_fmt(_fmt(fmt))
+    br, bc, warps = qk.split_config(0)
+    c = qk._constexprs(spec, rounding)
+    mode = c.pop("MODE")
+    del c["TILE2D"]
+    c.update(MODE_R=mode, MODE_C=mode, PASS=1, FUSE_AMAX=False, CODES_R_ON=codes[0], XHAT_R_ON=xhat[0],
+             CODES_C_ON=codes[1], XHAT_C_ON=xhat[1], UNSCALED=unscaled, RN_R=0, LOG2N_R=0, NORM_R=1.0,
+             RNE_BF16=False, BR=br, BC=bc)
+    ptrs = {k: v for k, v in RC_PTRS.items() if k != "SIGNS_C"}
+    scalars = dict(R="i32", C="i32", seed="i64", offset_r="i64", offset_c="i64", scale_r="fp32")
+    sig = dict(ptrs, **scalars, **{k: "constexpr" for k in c})
+    n = _count(_sass(qk._rowcol_split_kernel, sig, c, warps))
+    out = "+".join(n for n, on in (("codes", any(codes)), ("x_hat" + (" unscaled" if unscaled else ""), any(xhat)))
+                   if on)
+    return dict(kernel="rowcol split", fmt=fmt, rounding=rounding, rht=0, out=out, instr=n,
+                per_elem=n / (br * bc / (32 * warps)))
+
+
+CASES = [
+    ("e2m1/e4m3/16/te", "rtne", 0), ("e2m1/ue8m0/32/floor", "rtne", 0), ("e2m1/ue5m3/16/te", "rtne", 0),
+    ("e1m2/ue5m3/16/te", "rtne", 0), ("e2m1/e4m3/16/te", "sr", 0), ("e2m1/e4m3/16/te", "rtne", 16),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="only the first two cases and one rowcol")
+    args = ap.parse_args()
+    cases = CASES[:2] if args.quick else CASES
+    rows = [one_layout(f, r, n) for f, r, n in cases]
+    rows.append(rowcol("e2m1/e4m3/16/te", "rtne"))
+    if not args.quick:
+        rows.append(rowcol("e2m1/e4m3/16/te", "rtne", write_codes=False, write_xhat=True))
+    rows.append(split("e2m1/e4m3/16/te", "rtne"))
+    if not args.quick:
+        rows.append(split("e2m1/e4m3/16/te", "rtne", codes=(False, False), xhat=(True, True)))
+        rows.append(split("e2m1/e4m3/16/te", "rtne", codes=(False, False), xhat=(True, True), unscaled=True))
+        rows.append(split("e2m1/ue5m3/16/te", "rtne", codes=(False, True), xhat=(True, False), unscaled=True))
+        rows.append(split("e2m1/ue8m0/32/floor", "rtne"))
+        rows.append(split("e2m1/e4m3/16/te", "sr"))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print("| kernel | format | rounding | RHT | out | SASS instr | per element |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        out = r.get("out") or ("x_hat" if r["xhat"] else "codes")
+        print(f"| {r['kernel']} | {r['fmt']} | {r['rounding']} | {r['rht']} | {out} | {r['instr']} | {r['per_elem']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
