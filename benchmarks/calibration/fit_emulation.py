@@ -1,16 +1,18 @@
-"""Fit the H200 terms that explain the profiled training runs (training-h200-run2/<recipe>/
-profile.json) with an honest fit / hold-out split, and print per-recipe class errors.
+"""Fit the H200 terms that explain the profiled training runs (RUNS/<recipe>/profile.json;
+default training-h200-run4, the fused path of session 2) with an honest fit / hold-out
+split, and print per-recipe class errors; --check-runs prices another run folder's
+profiles with the fitted terms (a second model size and attention shape: all held out).
 
 - attention: `efficiency.attention_tile_cycles` (fixed cycles per flash-attention tile, the
   small-shape term of rust/core/src/hw/attention.rs), fitted on every run's attention ops
-  (all runs share one shape, B=32 H=10 T=512 D=64: a one-shape fit, nothing held out).
+  (all runs of one folder share one shape: the other folder's shape is the check).
 - gemm: `emulation.torch_eager_call_us` (fixed cost of one eager GEMM region as the CUDA
   events time it), fitted on the BF16 run's GEMMs only; the FP4 runs' GEMMs are held out.
 - quantize: `emulation.triton_quant_*` (fourcast's Triton quantizers: per call, per element
   written, per rotated element), least squares weighted by calls, on the quantize ops of
   QUANT_FIT; QUANT_HELD_OUT are predicted, not fitted.
 
-    python benchmarks/calibration/fit_emulation.py [--write]   # --write updates hwmodels/h200.toml
+    python benchmarks/calibration/fit_emulation.py [--runs DIR] [--check-runs DIR] [--write]
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from fourcast import hw as fchw
 from fourcast import project as P
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-RUNS = ROOT / "benchmarks/results/training-h200-run2"
-RECIPES = ("bf16", "nvfp4", "mxfp4", "ue5m3", "ufp4", "ufp4-int4")
+RUNS = ROOT / "benchmarks/results/training-h200-run4"
+RECIPES = ("bf16", "ue5m3", "nvfp4", "mxfp4", "ufp4")
 GEMM_FIT = ("bf16",)
 QUANT_FIT = ("nvfp4", "mxfp4", "ue5m3")
-QUANT_HELD_OUT = ("ufp4", "ufp4-int4")
+QUANT_HELD_OUT = ("ufp4",)
 ATTN_FIT = RECIPES
 
 
@@ -95,10 +97,10 @@ def fit_gemm(hw: fchw.Hardware) -> float:
     return max(0.0, (meas - model0) / regions * 1e3)
 
 
-def errors(hw: fchw.Hardware) -> dict:
+def errors(hw: fchw.Hardware, recipes=None) -> dict:
     """{recipe: {class: (measured ms, model ms, error)}} for the three major classes."""
     out = {}
-    for r in RECIPES:
+    for r in recipes or RECIPES:
         out[r] = {}
         for cls in ("gemm", "quantize", "attention"):
             m, p = class_ms(hw, r, cls)
@@ -119,9 +121,14 @@ def write_toml(values: dict) -> None:
 
 
 def main() -> None:
+    global RUNS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default=str(RUNS), help="folder of profiled runs to fit on")
+    ap.add_argument("--check-runs", default=str(ROOT / "benchmarks/results/training-h200-run2"),
+                    help="folder of runs of another size/shape, priced with the fitted terms (all held out)")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     args = ap.parse_args()
+    RUNS = pathlib.Path(args.runs)
     hw = fchw.load("h200")
     tile = round(fit_attention(hw), -1)
     hw = hw.set("efficiency.attention_tile_cycles", tile)
@@ -135,14 +142,22 @@ def main() -> None:
     print(f"attention_tile_cycles {tile:.0f}; torch_eager_call_us {eager:.2f}; "
           f"triton quant: {call_us:.2f} us/call, {ns:.5f} ns/elem, rht {rht_ns:.5f} ns/elem")
     role = {"gemm": GEMM_FIT, "quantize": QUANT_FIT, "attention": ATTN_FIT}
+    print(f"fit folder {RUNS.name}:")
     for r, row in errors(hw).items():
         cells = [f"{cls} {m:6.1f}/{p:6.1f} {e:+6.1%} ({'fit' if r in role[cls] else 'held out'})"
                  for cls, (m, p, e) in row.items()]
-        print(f"{r:10s} " + "  ".join(cells))
+        print(f"  {r:10s} " + "  ".join(cells))
+    check = pathlib.Path(args.check_runs)
+    if check.is_dir() and check != RUNS:
+        fit_dir, RUNS = RUNS, check
+        print(f"check folder {check.name} (held out):")
+        for r, row in errors(hw, [p.name for p in sorted(check.iterdir()) if (p / "profile.json").is_file()]).items():
+            print(f"  {r:10s} " + "  ".join(f"{cls} {m:6.1f}/{p:6.1f} {e:+6.1%}" for cls, (m, p, e) in row.items()))
+        RUNS = fit_dir
     if args.write:
-        run = "training-h200-run2"
+        run = RUNS.name
         write_toml({
-            "attention_tile_cycles": (tile, f"fit: benchmarks/calibration/fit_emulation.py (attention ops of all six {run} runs; one shape B=32 H=10 T=512 D=64)"),
+            "attention_tile_cycles": (tile, f"fit: benchmarks/calibration/fit_emulation.py (attention ops of the {run} runs; one shape, {check.name} as the check)"),
             "torch_eager_call_us": (eager, f"fit: benchmarks/calibration/fit_emulation.py (GEMM regions of {run}/bf16; FP4 runs held out)"),
             "triton_quant_call_us": (call_us, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),
             "triton_quant_ns_per_elem": (ns, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),

@@ -187,17 +187,29 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
     only (targets keep vendor-grade pricing): quantize passes are fourcast's Triton
     emulation quantizers (``"impl": "fourcast-triton"``), and each profiled GEMM region
     (one eager torch call; a "dgrad+wgrad" region holds two GEMMs) pays the eager
-    per-region cost once (``"impl": "torch-eager"``). The costs are the H200 file's
-    ``[emulation]`` table, fitted by benchmarks/calibration/fit_emulation.py."""
+    per-region cost once (``"impl": "torch-eager"``). A GEMM of an emulation path (fused,
+    dequant, fake) ran as a BF16 cuBLAS GEMM on decoded operands whatever its formats, with
+    an FP32 product and a scale/cast pass after it, so it is priced as that. The costs are the H200 file's ``[emulation]`` table, fitted by
+    benchmarks/calibration/fit_emulation.py."""
     out: list[tuple[str, dict, float]] = []
     for op in prof["ops"]:
         first = True
         for cls, o, calls in model_ops({**prof, "ops": [op]}):
             if cls == "quantize":
                 o = {**o, "impl": "fourcast-triton"}
-            elif cls == "gemm" and first:
-                o = {**o, "impl": "torch-eager"}
-                first = False
+            elif cls == "gemm":
+                emulated = op.get("path", "torch") in ("fused", "dequant", "fake")
+                if emulated:
+                    o = {**o, "a": "bf16", "b": "bf16"}
+                if first:
+                    o = {**o, "impl": "torch-eager"}
+                    first = False
+                out.append((cls, o, calls))
+                if emulated:  # FP32 product, then the tensor-scale epilogue: ~8 B more per output
+                    mn = float(o["m"]) * float(o["n"])
+                    out.append((cls, {"op": "memory", "read_bytes": 4 * mn, "write_bytes": 4 * mn, "ops": 0,
+                                      "exps": 0}, calls))
+                continue
             out.append((cls, o, calls))
     return out
 
