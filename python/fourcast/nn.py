@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 from typing import Any, Iterator
 
@@ -537,10 +536,7 @@ class QLinear(nn.Linear):
         if tracer is not None:
             meta = self._trace_meta(t, [row, col], False)
             token = tracer.begin("quantize", meta)
-        fn = _ops().quantize_rowcol
-        if outputs is not None:
-            fn = functools.partial(_ops().rowcol_operands, outputs=outputs)
-        a, b = fn(
+        a, b = _ops().rowcol_operands(
             t,
             row["fmt"],
             fmt_col=col["fmt"],
@@ -552,6 +548,7 @@ class QLinear(nn.Linear):
             rht_col=rht_col,
             tensor_amax=row["tensor_amax"],
             tensor_amax_col=col["tensor_amax"],
+            outputs=outputs or ("packed", "packed"),
         )
         self._keep_amax(row, a, update)
         self._keep_amax(col, b, update)

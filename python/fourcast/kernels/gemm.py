@@ -52,7 +52,7 @@ import triton
 import triton.language as tl
 
 from fourcast.errors import ShapeError
-from fourcast.kernels.quantize import SCALE_KIND, _cdiv, _decode, _pow2
+from fourcast.kernels.quantize import SCALE_KIND, _cast_out, _cdiv, _decode, _pow2
 from fourcast.kernels.quantize import dequantize as _dequantize
 from fourcast.kernels.utils import (
     NAN_BYTE,
@@ -72,6 +72,15 @@ def _e2m1_bits(c):
     mag = c & 7
     bits = tl.where(mag >= 2, (mag << 22) + 0x3F000000, tl.where(mag == 1, 0x3F000000, 0))
     return (bits | ((c & 8) << 28)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _scaled_cast(acc, A_TS, B_TS, C, RNE_BF16: tl.constexpr):
+    """The epilogue of every GEMM route: (acc / ts_a) / ts_b, each division correctly
+    rounded, then cast to C's element type (round to nearest even)."""
+    out = tl.math.div_rn(tl.math.div_rn(acc, tl.broadcast_to(tl.load(A_TS), acc.shape)),
+                         tl.broadcast_to(tl.load(B_TS), acc.shape))
+    return _cast_out(out, C, RNE_BF16)
 
 
 @triton.jit
@@ -151,18 +160,9 @@ def _gemm_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
             acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")
         else:
             acc = tl.dot(a, tl.trans(b), acc)
-    ts_a = tl.load(A_TS)
-    ts_b = tl.load(B_TS)
-    out = tl.math.div_rn(tl.math.div_rn(acc, tl.broadcast_to(ts_a, acc.shape)), tl.broadcast_to(ts_b, acc.shape))
     cm = pid_m * BM + tl.arange(0, BM)[:, None]
     cn = pid_n * BN + tl.arange(0, BN)[None, :]
-    if RNE_BF16 and C.dtype.element_ty == tl.bfloat16:
-        bits = out.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        res = bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        res = out.to(C.dtype.element_ty)
-    tl.store(C + cm * N + cn, res, mask=(cm < M) & (cn < N))
+    tl.store(C + cm * N + cn, _scaled_cast(acc, A_TS, B_TS, C, RNE_BF16), mask=(cm < M) & (cn < N))
 
 
 def gemm_config(m: int, n: int, k: int, k_align: int):
@@ -419,16 +419,7 @@ def _epilogue_kernel(ACC, SA, SB, A_TS, B_TS, C, M, N, ROWCOL: tl.constexpr, RNE
     if ROWCOL:
         acc = acc * tl.load(SA + rm, mask=rm < M, other=1.0)
         acc = acc * tl.load(SB + rn, mask=rn < N, other=1.0)
-    ts_a = tl.load(A_TS)
-    ts_b = tl.load(B_TS)
-    out = tl.math.div_rn(tl.math.div_rn(acc, tl.broadcast_to(ts_a, acc.shape)), tl.broadcast_to(ts_b, acc.shape))
-    if RNE_BF16 and C.dtype.element_ty == tl.bfloat16:
-        bits = out.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        res = bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        res = out.to(C.dtype.element_ty)
-    tl.store(C + rm * N + rn, res, mask=mask)
+    tl.store(C + rm * N + rn, _scaled_cast(acc, A_TS, B_TS, C, RNE_BF16), mask=mask)
 
 
 def scale_epilogue(acc: torch.Tensor, ts_a: torch.Tensor, ts_b: torch.Tensor | None, out_dtype) -> torch.Tensor:
