@@ -169,13 +169,14 @@ def qbytes(r, c, spec_block, copies=1, xhat=False):
     return r * c * (2.0 + copies * per)
 
 
-def _no_split(fn):
-    """fn() with quantize_rowcol forced onto the transposing _rowcol_kernel (the baseline)."""
-    qk.CONFIG_OVERRIDE["no_split"] = True
+def _route(route, fn):
+    """fn() with quantize_rowcol pinned to one kernel: "strip", "split", "transpose", or
+    "old" (session 2's routing: split for decoded calls, transposing otherwise)."""
+    qk.CONFIG_OVERRIDE["rowcol"] = route
     try:
         return fn()
     finally:
-        qk.CONFIG_OVERRIDE.pop("no_split", None)
+        qk.CONFIG_OVERRIDE.pop("rowcol", None)
 
 
 @triton.jit
@@ -213,21 +214,24 @@ def qvariants(x):
     yield "col nvfp4 RHT16 (butterfly)", 1, False, 16, lambda: qk.quantize(x, nv, axis=0, rht=(16, s16))
     yield "col nvfp4 RHT16 (tensor-core dot)", 1, False, 16, lambda: qk.quantize(x, nv, axis=0, rht=(16, s16),
                                                                                    rht_impl=1)
-    yield "row+col nvfp4", 2, False, 16, lambda: qk.quantize_rowcol(x, nv, nv, "rtne", "rtne", 0, 0, None, None)
-    yield "row+col nvfp4 delayed amax", 2, False, 16, lambda: qk.quantize_rowcol(
-        x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)
-    yield "row+col nvfp4, col RHT16+SR (TE dY)", 2, False, 16, lambda: qk.quantize_rowcol(
-        x, nv, nv, "sr", "sr", 0, 0, None, (16, s16))
-    yield "row+col mxfp4", 2, False, 32, lambda: qk.quantize_rowcol(x, mx, mx, "rtne", "rtne", 0, 0, None, None)
-    yield "row+col nvfp4 delayed, transposing kernel (before)", 2, False, 16, lambda: _no_split(
-        lambda: qk.quantize_rowcol(x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax))
     ue = F["ue5m3"]
-    yield "row+col ue5m3 delayed (split kernel)", 2, False, 16, lambda: qk.quantize_rowcol(
-        x, ue, ue, "rtne", "rtne", 0, 0, None, None, amax, amax)
-    yield "X: decoded row + packed col, ue5m3 delayed", (1, 1), None, 16, lambda: ops.rowcol_operands(
-        x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))
-    yield "dY: decoded row + col, ue5m3 delayed, SR", 2, True, 16, lambda: ops.rowcol_operands(
-        x, ue, rounding="sr", seed=1, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "decoded"))
+    calls = (
+        ("row+col nvfp4 delayed (codes)", 2, False, 16, lambda: qk.quantize_rowcol(
+            x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)),
+        ("row+col mxfp4 (codes)", 2, False, 32, lambda: qk.quantize_rowcol(x, mx, mx, "rtne", "rtne", 0, 0, None,
+                                                                           None)),
+        ("X: decoded row + packed col, ue5m3 delayed", (1, 1), None, 16, lambda: ops.rowcol_operands(
+            x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))),
+        ("dY: decoded row + col, ue5m3 delayed, SR", 2, True, 16, lambda: ops.rowcol_operands(
+            x, ue, rounding="sr", seed=1, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "decoded"))),
+        ("X nvfp4: decoded row + packed col RHT16", (1, 1), None, 16, lambda: ops.rowcol_operands(
+            x, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))),
+        ("row+col nvfp4, col RHT16+SR (TE dY, codes)", 2, False, 16, lambda: qk.quantize_rowcol(
+            x, nv, nv, "sr", "sr", 0, 0, None, (16, s16), amax, amax)),
+    )
+    for name, copies, xhat, blk, fn in calls:
+        for route in ("strip", "old"):
+            yield f"{name} [{route}]", copies, xhat, blk, (lambda fn=fn, route=route: _route(route, fn))
     yield "fake-quant row nvfp4", 1, True, 16, lambda: fk.fake_quant(x, nv)
     yield "fake-quant row nvfp4 delayed", 1, True, 16, lambda: fk.fake_quant(x, nv, tensor_amax=amax)
     yield "fake-quant row+col nvfp4 delayed", 2, True, 16, lambda: fk.fake_quant_rowcol(
@@ -268,41 +272,43 @@ def quant_timing():
         save()
 
 
-SPLIT_TILES = ((128, 32, 8), (64, 32, 4), (64, 64, 8), (32, 32, 2), (128, 64, 8), (256, 32, 8))
+STRIP_TILES = ((16, 128, 1), (16, 64, 1), (32, 64, 1), (16, 256, 1), (16, 128, 2), (32, 128, 1))
 
 
-@section("split row+col tile sweep")
-def split_sweep():
-    """_rowcol_split_kernel tiles on the two calls a fused QLinear makes per tensor."""
+@section("strip row+col tile sweep")
+def strip_sweep():
+    """strip.py tiles on the two calls a fused QLinear makes per activation tensor."""
     x = rand(BIG)
     amax = x.abs().amax().float()
     ue = F["ue5m3"]
     calls = (("X: decoded row + packed col", (1, 1), None, lambda: ops.rowcol_operands(
                  x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))),
-             ("row+col codes", 2, False, lambda: qk.quantize_rowcol(x, ue, ue, "rtne", "rtne", 0, 0, None, None,
-                                                                     amax, amax)))
-    best = {}
-    for cfg in SPLIT_TILES if not SMOKE else ((32, 32, 2),):
-        qk.CONFIG_OVERRIDE["split"] = cfg
+             ("dY: decoded both, SR", 2, True, lambda: ops.rowcol_operands(
+                 x, ue, rounding="sr", seed=1, tensor_amax=amax, tensor_amax_col=amax,
+                 outputs=("decoded", "decoded"))))
+    total = {}
+    for cfg in STRIP_TILES if not SMOKE else ((16, 32, 1),):
+        qk.CONFIG_OVERRIDE["strip"] = cfg
         for name, copies, xhat, fn in calls:
             try:
                 fn()
                 t = ms(fn)
             except Exception as exc:
-                RES["errors"].append(f"split tile {cfg} {name}: {exc!r}")
+                RES["errors"].append(f"strip tile {cfg} {name}: {exc!r}")
+                total[cfg] = float("inf")
                 continue
             frac = qbytes(*BIG, 16, copies, xhat) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
-            RES["quantizer"].append(dict(variant=f"split {name}, tile {cfg}", shape="x".join(map(str, BIG)), ms=t,
+            RES["quantizer"].append(dict(variant=f"strip {name}, tile {cfg}", shape="x".join(map(str, BIG)), ms=t,
                                          frac_copy=frac))
-            log(f"split tile {cfg} {name}: {t * 1e3:.1f} us {frac:.0%} of copy")
-            if name.startswith("X") and (not best or t < best["ms"]):
-                best = dict(cfg=cfg, ms=t)
-    qk.CONFIG_OVERRIDE.pop("split", None)
-    RES["notes"].append(f"best split tile {best}")
-    if best:  # later sections (QLinear) run with the best tile
-        os.environ["FOURCAST_SPLIT_TILE"] = ",".join(map(str, best["cfg"]))
-        with open(os.path.join(os.environ.get("OUT", "."), "split_tile.txt"), "w") as fh:
-            fh.write(os.environ["FOURCAST_SPLIT_TILE"])
+            log(f"strip tile {cfg} {name}: {t * 1e3:.1f} us {frac:.0%} of copy")
+            total[cfg] = total.get(cfg, 0.0) + t
+    qk.CONFIG_OVERRIDE.pop("strip", None)
+    best = min(total, key=total.get) if total else None
+    RES["notes"].append(f"best strip tile (X + dY time) {best}")
+    if best and total[best] < float("inf"):  # later sections (QLinear) run with the best tile
+        os.environ["FOURCAST_STRIP_TILE"] = ",".join(map(str, best))
+        with open(os.path.join(os.environ.get("OUT", "."), "strip_tile.txt"), "w") as fh:
+            fh.write(os.environ["FOURCAST_STRIP_TILE"])
 
 
 def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
@@ -617,7 +623,7 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated section names to run")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
-    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, split_sweep, layer_profiles, peers,
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, layer_profiles, peers,
              gemm_bench, qlinear_bench, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]

@@ -788,8 +788,10 @@ def memory_report(model: nn.Module) -> dict:
 
 # ---------------------------------------------------------------- convert
 
-_ATTN_WORDS = ("attn", "attention", "q_proj", "k_proj", "v_proj", "o_proj", "query", "key", "value", "out_proj", "wq", "wk", "wv", "wo", "qkv")
-_MLP_WORDS = ("mlp", "ffn", "feed_forward", "expert", "experts", "w1", "w2", "w3", "gate_proj", "up_proj", "down_proj", "w_gate", "w_up", "w_down", "fc1", "fc2", "c_fc")
+# Fused projections (fourcast.train's wqkv / w_gate_up, HF's qkv_proj / gate_up_proj)
+# count as their parts do.
+_ATTN_WORDS = ("attn", "attention", "q_proj", "k_proj", "v_proj", "o_proj", "query", "key", "value", "out_proj", "wq", "wk", "wv", "wo", "qkv", "wqkv", "qkv_proj")
+_MLP_WORDS = ("mlp", "ffn", "feed_forward", "expert", "experts", "w1", "w2", "w3", "gate_proj", "up_proj", "down_proj", "w_gate", "w_up", "w_down", "fc1", "fc2", "c_fc", "w_gate_up", "gate_up_proj")
 
 
 def layer_kind(name: str) -> str:

@@ -41,6 +41,7 @@ from typing import Any, Iterable
 
 from fourcast import hw as fchw
 from fourcast.errors import FourcastError
+from fourcast.train.config import legacy_model_dict
 
 MAJOR = ("gemm", "quantize", "attention")
 CORRECTED = ("attention", "optimizer")
@@ -97,6 +98,12 @@ def load_profile(run_dir: str | pathlib.Path) -> dict:
             "projected onto GPUs; train on a GPU with --profile-steps"
         )
     return prof
+
+
+def _model_of(prof: dict) -> dict | None:
+    """The profile's ModelConfig dict, fields it predates (fused_proj) as they were then."""
+    model = prof.get("model")
+    return legacy_model_dict(model) if isinstance(model, dict) else model
 
 
 def _copy_rounding(op: dict, key: str, recipe: dict | None) -> dict:
@@ -261,7 +268,7 @@ def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterabl
     other_ms = measured_ms["other"]
     if other_from is not None:
         ref = load_profile(other_from)
-        if ref["tokens_per_step"] != prof["tokens_per_step"] or ref.get("model") != prof.get("model"):
+        if ref["tokens_per_step"] != prof["tokens_per_step"] or _model_of(ref) != _model_of(prof):
             raise ProjectionError(f"--other-from {other_from} is not the same model and batch as {run_dir}")
         other_ms = float(ref["classes"].get("other", 0.0))
     tokens = int(prof["tokens_per_step"])

@@ -1,7 +1,8 @@
 """The fused QLinear path and the transpose-free row+col quantizer on a CUDA device:
 QLinear outputs and all three gradients of gemm_path="fused" equal the "dequant" path
 bit for bit for every preset (same codes, decoded in the quantizer instead of a
-dequantize pass), and the split kernel's outputs equal the reference at real sizes."""
+dequantize pass), and the row+col kernels' outputs (strip, the default; split) equal
+the reference at real sizes, RHTs on the strip kernel included."""
 
 import pytest
 import torch
@@ -42,8 +43,12 @@ def test_fused_equals_dequant_on_cuda(name):
         assert torch.equal(a, b), f"{name}: {what} differs"
 
 
-@pytest.mark.parametrize("name", ["nvfp4", "mxfp4", "ue5m3", "ufp4", "ufp4-int4", "mxfp8"])
-def test_split_rowcol_real_size(name):
+@pytest.mark.parametrize("route", ["strip", "split"])
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4", "ue5m3", "ufp4", "ufp4-int4", "mxfp8", "nvfp4-2d"])
+def test_rowcol_real_size(name, route, monkeypatch):
+    if route == "split" and name == "nvfp4-2d":
+        pytest.skip("the split kernel serves 1-D blocks only (2-D tiles go to the transposing kernel)")
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", route)
     f = F[name]
     x = testing.make_input("heavy", (2048, 1536), torch.bfloat16, DEV, seed=7)
     r, c = qk.quantize_rowcol(x, f, f, "sr", "sr", 9, 2**33, None, None)
@@ -56,3 +61,15 @@ def test_split_rowcol_real_size(name):
     want = ref.quantize(x, f, axis=0, offset=x.numel())
     want = ref.dequantize(ref.Packed(want.codes, want.scales, unit, want.amax, want.fmt, want.shape, 0), x.dtype)
     assert torch.equal(o["xhat"][1].view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("name,n", [("nvfp4", 16), ("ufp4", 16), ("mxfp4", 32)])
+def test_strip_rht_real_size(name, n, monkeypatch):
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
+    f = F[name]
+    s_r, s_c = ref.rht_signs(n, "per-step", 4).to(DEV), ref.rht_signs(n, "per-step", 5).to(DEV)
+    x = testing.make_input("heavy", (1024, 768), torch.bfloat16, DEV, seed=3)
+    r, c = qk.quantize_rowcol(x, f, f, "rtne", "sr", 2, 77, (n, s_r), (n, s_c))
+    assert testing.packed_diff(r, ref.quantize(x, f, rht=(n, s_r), seed=2, offset=77)) == []
+    want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=(n, s_c), seed=2, offset=77 + x.numel())
+    assert testing.packed_diff(c, want_c) == []

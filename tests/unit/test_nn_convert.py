@@ -20,20 +20,20 @@ def _names(rows):
 
 
 def test_nvfp4_keeps_last_blocks_and_head():
-    model = _model()  # 4 blocks
+    model = _model()  # 4 blocks of wqkv, wo, w_gate_up, w_down
     params_before = {id(p) for p in model.parameters()}
     s = fc.convert(model, fc.recipe("nvfp4"))
     assert {r["name"].split(".")[1] for r in s.converted} == {"0", "1"}
-    assert len(s.converted) == 14
+    assert len(s.converted) == 8
     kept = {r["name"]: r["reason"] for r in s.kept}
     assert kept["head"].startswith("outside the blocks")
     assert "keep_bf16_last=2" in kept["blocks.3.mlp.w_down"]
-    assert isinstance(model.blocks[0].attn.wq, fcnn.QLinear)
-    assert type(model.blocks[2].attn.wq) is torch.nn.Linear
+    assert isinstance(model.blocks[0].attn.wqkv, fcnn.QLinear)
+    assert type(model.blocks[2].attn.wqkv) is torch.nn.Linear
     assert type(model.head) is torch.nn.Linear
     # parameters are shared, not copied: an optimizer built before still points at them
     assert {id(p) for p in model.parameters()} == params_before
-    assert model.blocks[0].attn.wq.layer_name == "blocks.0.attn.wq"
+    assert model.blocks[0].attn.wqkv.layer_name == "blocks.0.attn.wqkv"
     assert "2 blocks" not in str(s) and "keep_bf16_last=2" in str(s)
 
 
@@ -42,7 +42,7 @@ def test_layer_ids_are_distinct_and_stable():
     fc.convert(a, "ue5m3")
     fc.convert(b, "ue5m3")
     ids = [m.layer_id for m in fcnn.qlinears(a)]
-    assert len(set(ids)) == len(ids) == 28
+    assert len(set(ids)) == len(ids) == 16
     assert ids == [m.layer_id for m in fcnn.qlinears(b)]
 
 
@@ -50,9 +50,9 @@ def test_fp4_layers_mlp_with_fp8_others():
     model = _model()
     s = fc.convert(model, fc.recipe("ue5m3", fp4_layers="mlp", other_precision="fp8"))
     by_name = {r["name"]: r["recipe"] for r in s.converted}
-    assert by_name["blocks.1.mlp.w_up"] == "ue5m3"
-    assert by_name["blocks.1.attn.wq"] == "fp8"
-    assert model.blocks[1].attn.wq.recipe.name == "fp8"
+    assert by_name["blocks.1.mlp.w_gate_up"] == "ue5m3"
+    assert by_name["blocks.1.attn.wqkv"] == "fp8"
+    assert model.blocks[1].attn.wqkv.recipe.name == "fp8"
     assert _names(s.kept) == {"head"}
 
 
@@ -61,7 +61,7 @@ def test_fp4_layers_attn_with_bf16_others():
     s = fc.convert(model, fc.recipe("ufp4", fp4_layers="attn"))
     assert all(".attn." in r["name"] for r in s.converted)
     assert any("fp4_layers=attn" in r["reason"] for r in s.kept)
-    assert type(model.blocks[0].mlp.w_gate) is torch.nn.Linear
+    assert type(model.blocks[0].mlp.w_gate_up) is torch.nn.Linear
 
 
 def test_keep_first_and_quantize_head():
@@ -75,7 +75,7 @@ def test_keep_first_and_quantize_head():
 def test_bf16_recipe_converts_nothing():
     model = _model()
     s = fc.convert(model, "bf16")
-    assert s.converted == [] and len(s.kept) == 29
+    assert s.converted == [] and len(s.kept) == 17
     assert not fcnn.qlinears(model)
 
 

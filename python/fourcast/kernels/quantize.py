@@ -106,35 +106,41 @@ def _round_grid(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constex
 
 @triton.jit
 def _round_elem(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, MODE: tl.constexpr):
-    """_round_grid for the elements, RTNE and SR in ~15 instructions instead of ~40 (the
-    same bits: every operation below is exact or the single rounding the grid defines).
-    Normal range (a >= 2^EMIN): round the f32 significand to MBITS bits on the bits
-    (RTNE: + half - 1 + lsb, then truncate; SR: truncate, step from the exponent field);
-    the code is the rounded bits' exponent and top mantissa. Subnormal range and integer
-    grids: n = a / step rounded to an integer by adding 2^23 (f32 addition rounds to
-    nearest even) or floored by the f32 -> int conversion (SR)."""
+    """_round_grid for magnitudes 0 <= a <= gmax, RTNE in 7 instructions and SR in ~15
+    instead of ~40 (the same bits: every operation below is exact or the single rounding
+    the grid defines).
+    RTNE: v = (a + big) - big with big = 2^(max(e, EMIN) + 23 - MBITS), e = floor(log2 a):
+    the f32 addition rounds a to the grid step ulp(big) = 2^(max(e, EMIN) - MBITS) once,
+    to nearest even (big / step = 2^23 is even), and the subtraction is exact. The code
+    is v's bits after scaling by 2^(-126 - EMIN), which lines the grid's exponent field up
+    with f32's and its subnormals with f32's subnormals (v is on the grid: exact).
+    SR: truncate the significand (normal range) or floor n = a / step (subnormal range
+    and integer grids), then step up where u * step < the remainder."""
     if MODE == 1:
         return _round_grid(a, u, EMIN, MBITS, FIXED, MODE)
+    if MODE == 0:
+        if FIXED:
+            v = (a + 8388608.0) - 8388608.0
+            return v.to(tl.int32), v
+        b = a.to(tl.int32, bitcast=True)
+        big = (tl.maximum(b & 0x7F800000, (127 + EMIN) << 23) + ((23 - MBITS) << 23)).to(tl.float32, bitcast=True)
+        v = (a + big) - big
+        code = (v * (2.0 ** (-126 - EMIN))).to(tl.int32, bitcast=True) >> (23 - MBITS)
+        return code, v
     SHIFT: tl.constexpr = 23 - MBITS
     INV_STEP: tl.constexpr = 2.0 ** (MBITS - EMIN)
     STEP: tl.constexpr = 2.0 ** (EMIN - MBITS)
     t = a * INV_STEP  # exact: a power of two
-    if MODE == 0:
-        n = (t + 8388608.0).to(tl.int32, bitcast=True) - 0x4B000000
-    else:
-        n0 = t.to(tl.int32)  # floor: t >= 0
-        n = n0 + (u < t - n0.to(tl.float32)).to(tl.int32)  # u*step < a - n0*step, scaled by 1/step
+    n0 = t.to(tl.int32)  # floor: t >= 0
+    n = n0 + (u < t - n0.to(tl.float32)).to(tl.int32)  # u*step < a - n0*step, scaled by 1/step
     if FIXED:
         return n, n.to(tl.float32)
     b = a.to(tl.int32, bitcast=True)
     LOW: tl.constexpr = (1 << SHIFT) - 1
-    if MODE == 0:
-        rb = (b + (LOW >> 1) + ((b >> SHIFT) & 1)) & ~LOW
-    else:
-        tb = b & ~LOW
-        step = ((b & 0x7F800000) - (MBITS << 23)).to(tl.float32, bitcast=True)
-        up = u * step < a - tb.to(tl.float32, bitcast=True)
-        rb = tb + (up.to(tl.int32) << SHIFT)  # a carry into the exponent is the next binade's code
+    tb = b & ~LOW
+    step = ((b & 0x7F800000) - (MBITS << 23)).to(tl.float32, bitcast=True)
+    up = u * step < a - tb.to(tl.float32, bitcast=True)
+    rb = tb + (up.to(tl.int32) << SHIFT)  # a carry into the exponent is the next binade's code
     sub = a < 2.0 ** EMIN
     code = tl.where(sub, n, (rb >> SHIFT) - ((127 + EMIN - 1) << MBITS))
     value = tl.where(sub, n.to(tl.float32) * STEP, rb.to(tl.float32, bitcast=True))
@@ -254,14 +260,14 @@ def _block_scales(bmax_bits, s_enc, pts, GMAX: tl.constexpr, EMAX: tl.constexpr,
         mult = _pow2(-e)
     elif RULE == 2:  # te
         s_dec = bamax * (s_enc * (1.0 / GMAX))
-        sbytes, sv = _round_grid(tl.minimum(s_dec, S_GMAX), s_dec, S_EMIN, S_MBITS, False, 0)
+        sbytes, sv = _round_elem(tl.minimum(s_dec, S_GMAX), s_dec, S_EMIN, S_MBITS, False, 0)
         inv_s = tl.math.div_rn(tl.full(s_enc.shape, 1.0, tl.float32), s_enc)
         mult = tl.minimum(tl.math.div_rn(tl.full(sv.shape, 1.0, tl.float32), sv * inv_s), 3.4028234663852886e38)
     else:  # torchao
         gm = tl.full(bamax.shape, GMAX, tl.float32)
         s = tl.math.div_rn(tl.math.div_rn(bamax, gm), tl.broadcast_to(pts, bamax.shape))
         s = tl.minimum(tl.maximum(s, S_MIN), S_GMAX)
-        sbytes, sv = _round_grid(s, s, S_EMIN, S_MBITS, False, 0)
+        sbytes, sv = _round_elem(s, s, S_EMIN, S_MBITS, False, 0)
         mult = tl.math.div_rn(tl.broadcast_to(s_enc, sv.shape), sv)
     return tl.where(bad, NANB, sbytes), mult, tl.where(bad, float("nan"), sv), bad
 
@@ -273,19 +279,17 @@ def _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN: tl.constexpr, MBITS: tl.c
     """Elementwise: codes (int32) and x_hat of y given its block's multiplier and decoded
     scale (broadcast to y's shape). UNSCALED: x_hat without the tensor scale, value *
     scale, exact (a GEMM epilogue divides the tensor scales out)."""
-    q = tl.where(bad_elem, 0.0, y * mult)
-    q = tl.minimum(tl.maximum(q, -GMAX), GMAX)
-    mag, val = _round_elem(tl.abs(q), u, EMIN, MBITS, FIXED, MODE)
-    neg = (q.to(tl.int32, bitcast=True) >> 31) != 0
-    if TWOS:
-        codes = tl.where(neg, (0 - mag) & 0xF, mag)
-    else:
-        codes = mag | (neg.to(tl.int32) << (BITS - 1))
-    codes = tl.where(bad_elem, 0, codes)
+    q = y * mult  # a non-finite block's garbage is masked below (codes 0, x_hat NaN)
+    mag, val = _round_elem(tl.minimum(tl.abs(q), GMAX), u, EMIN, MBITS, FIXED, MODE)
+    qb = q.to(tl.int32, bitcast=True)
     if TWOS:  # two's complement has no -0: the decoded zero is +0
+        neg = qb < 0
+        codes = tl.where(neg, (0 - mag) & 0xF, mag)
         val = _with_sign(val, neg & (mag != 0))
-    else:
-        val = _with_sign(val, neg)
+    else:  # the sign bit of q onto the code's top bit and onto the value
+        codes = mag | ((qb >> (32 - BITS)) & (1 << (BITS - 1)))
+        val = (val.to(tl.int32, bitcast=True) | (qb & -2147483648)).to(tl.float32, bitcast=True)
+    codes = tl.where(bad_elem, 0, codes)
     if UNSCALED:
         xhat = val * sval
     else:
@@ -915,6 +919,27 @@ def rowcol_config(rn_r: int, rn_c: int):
     return t, t, 8
 
 
+def rowcol_route(spec: Spec, rht_r, rht_c, decoded: bool, sr: bool = False) -> str:
+    """Which kernel serves a row+col call. "strip" (strip.py) for every block format
+    when neither copy uses SR. Measured on the H200 at 8192^2 (kernels-h200.md, session
+    3): both copies as codes 221 us vs 340 (transposing kernel), the fused X call 193 vs
+    345 (split kernel), with a column RHT16 320 vs 392; but with SR the strip kernel's
+    per-element Philox needs more registers than its one-warp tiles leave (dY call 737
+    vs 596 us), so SR calls keep session 2's routing (split for decoded copies,
+    transposing otherwise). CONFIG_OVERRIDE["rowcol"] = "strip" | "split" | "transpose"
+    | "old" pins one (benchmarks time all; tests pin each). Per-tensor: "transpose"."""
+    if spec.per_tensor:
+        return "transpose"
+    forced = CONFIG_OVERRIDE.get("rowcol")
+    if forced == "split" or CONFIG_OVERRIDE.get("split_force"):
+        return "split" if not spec.tile_2d and rht_c is None else "transpose"
+    if forced in ("strip", "transpose"):
+        return forced
+    if forced != "old" and not sr:
+        return "strip"
+    return "split" if split_eligible(spec, rht_c, rht_r, decoded) else "transpose"
+
+
 def split_eligible(spec: Spec, rht_c, rht_r=None, decoded: bool = True) -> bool:
     """Whether _rowcol_split_kernel serves this rowcol call: block formats with 1-D
     blocks, no RHT, and a decoded (x_hat) copy asked for. Measured on the H200
@@ -940,17 +965,23 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     dev = x.device
     codes_on = (write_codes, write_codes) if isinstance(write_codes, bool) else tuple(write_codes)
     xhat_on = (write_xhat, write_xhat) if isinstance(write_xhat, bool) else tuple(write_xhat)
-    split = split_eligible(spec, rht_c, rht_r, any(xhat_on))
-    if CONFIG_OVERRIDE.get("split_force"):  # tests: the split kernel on a call it supports but is not routed
-        split = not spec.per_tensor and not spec.tile_2d and rht_c is None
-    if not split:  # _rowcol_kernel writes an output kind for both copies or neither
+    from fourcast.kernels import strip  # strip.py builds on this module's jit helpers
+
+    route = rowcol_route(spec, rht_r, rht_c, any(xhat_on), "sr" in (rounding_r, rounding_c))
+    split = route == "split"
+    if route == "transpose":  # _rowcol_kernel writes an output kind for both copies or neither
         codes_on = (any(codes_on),) * 2
         xhat_on = (any(xhat_on),) * 2
     rn = 0 if rht_r is None else rht_r[0]
-    if split:
+    rnc = 0 if rht_c is None else rht_c[0]
+    if route == "strip":
+        env = os.environ.get("FOURCAST_STRIP_TILE")
+        tile = CONFIG_OVERRIDE.get("strip") or (tuple(int(v) for v in env.split(",")) if env else None)
+        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, tile, interpreting())
+    elif split:
         br, bc, warps = split_config(rn)
     else:
-        br, bc, warps = rowcol_config(rn, 0 if rht_c is None else rht_c[0])
+        br, bc, warps = rowcol_config(rn, rnc)
     sr_, _, scale_r, rn_r, l_r = _rht_args(rht_r, bc, dev, 0)
     sc_, _, scale_c, rn_c, l_c = _rht_args(rht_c, br, dev, 0)
     consts = _constexprs(spec, rounding_r)
@@ -985,7 +1016,14 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     grid = (_cdiv(R, br), _cdiv(C, bc))
     common = dict(consts, MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c], RN_R=rn_r, LOG2N_R=l_r,
                   RNE_BF16=interpreting(), NORM_R=rht_norm(rn_r), BR=br, BC=bc, UNSCALED=unscaled, num_warps=warps)
-    if split:
+    if route == "strip":
+        kernel = strip._strip_kernel
+        common.update(RN_C=rn_c, LOG2N_C=l_c, NORM_C=rht_norm(rn_c))
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
+                int(seed), int(offset), int(offset) + R * C)
+        flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
+        off = dict(CODES_R_ON=False, XHAT_R_ON=False, CODES_C_ON=False, XHAT_C_ON=False)
+    elif split:
         del common["TILE2D"]
         kernel = _rowcol_split_kernel
         args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, R, C,

@@ -44,6 +44,23 @@ class ModelConfig:
     # Tokens routed to an expert are padded with zero rows to a multiple of this, so
     # the expert GEMMs' token dimension (Wgrad's reduction dim) fits every block/RHT.
     moe_token_multiple: int = 128
+    # Fused projections: one wqkv Linear (d -> 3d; q, k, v rows in that order) in
+    # attention and one w_gate_up Linear (d -> 2*hidden; gate rows, then up) in every
+    # SwiGLU (MoE experts too) instead of wq/wk/wv and w_gate/w_up. Each fused Linear
+    # quantizes its input X once instead of three (two) times, launches fewer kernels
+    # and runs larger GEMMs. Numerically every weight row block is the same as
+    # unfused, but the tensor amax (two-level rules' FP32 scale) of W and of dY is
+    # shared across q/k/v (gate/up), and per-layer RHT signs / SR seeds follow the new
+    # layer ids. Same parameter count. False builds the older model exactly (module
+    # names, init), which config.json files written before this field existed mean
+    # (see LEGACY_MODEL_DEFAULTS).
+    fused_proj: bool = True
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ModelConfig":
+        """A saved `model` section (config.json, profile.json): fields it predates take
+        their legacy value, not today's default."""
+        return cls(**legacy_model_dict(d))
 
     @property
     def padded_vocab(self) -> int:
@@ -81,6 +98,17 @@ class ModelConfig:
         if min(self.n_layers, self.n_heads, self.d_model, self.ffn_hidden) < 1:
             raise TrainError("model sizes must be positive")
         return self
+
+
+# ModelConfig fields added after run folders were first written, with the value a saved
+# config that lacks them means (how the model was built before the field existed),
+# which can differ from the default for new runs.
+LEGACY_MODEL_DEFAULTS: dict[str, Any] = {"fused_proj": False}
+
+
+def legacy_model_dict(d: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved model section with the fields it predates filled in as LEGACY_MODEL_DEFAULTS."""
+    return {**LEGACY_MODEL_DEFAULTS, **d}
 
 
 # Presets: a CPU-sized tiny model up to ~350M parameters (counts with a 16k vocabulary:
@@ -167,7 +195,7 @@ class RunConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "RunConfig":
         return cls(
             recipe=dict(d["recipe"]),
-            model=ModelConfig(**d["model"]),
+            model=ModelConfig.from_dict(d["model"]),
             model_name=d.get("model_name", "custom"),
             data=DataConfig(**d["data"]),
             train=TrainConfig(**d["train"]),

@@ -34,13 +34,17 @@ from fourcast.errors import TrainError
 from fourcast.recipes import Recipe
 from fourcast.train import checkpoint, run
 from fourcast.train.capture import TensorCapture
-from fourcast.train.config import RunConfig, TrainConfig
+from fourcast.train.config import RunConfig, TrainConfig, legacy_model_dict
 from fourcast.train.data import load_data
 from fourcast.train.model import Transformer
 from fourcast.train.profile import Profiler, sampled_steps
 
 # Fields that may differ between a run and its resumption (everything else must match).
 RESUMABLE_FIELDS = ("steps", "progress", "eval_every", "ckpt_every", "profile_steps", "capture_every", "capture_rows")
+# Model fields a resumed run takes from the checkpointed run, whatever was asked: they
+# decide which modules (parameter names) the checkpoint holds, and a run folder written
+# before fused_proj existed is unfused while new runs default to fused.
+LAYOUT_FIELDS = ("fused_proj",)
 
 
 def lr_at(step: int, t: TrainConfig) -> float:
@@ -138,8 +142,26 @@ def _mean_over_ranks(value: float, world: int, device: torch.device) -> float:
     return t.item() / world
 
 
-def _check_resume(run_dir: pathlib.Path, cfg: RunConfig) -> None:
+def _saved_config(run_dir: pathlib.Path) -> dict:
+    """The run folder's config.json, its model section with the fields it predates
+    filled in as they were then (config.LEGACY_MODEL_DEFAULTS)."""
     saved = json.loads((run_dir / "config.json").read_text())
+    if isinstance(saved.get("model"), dict):
+        saved["model"] = legacy_model_dict(saved["model"])
+    return saved
+
+
+def _follow_layout(run_dir: pathlib.Path, cfg: RunConfig, log: Callable[[str], None]) -> None:
+    """Build the resumed model as the checkpointed one was (LAYOUT_FIELDS)."""
+    saved = _saved_config(run_dir).get("model") or {}
+    for name in LAYOUT_FIELDS:
+        if name in saved and saved[name] != getattr(cfg.model, name):
+            log(f"resuming {run_dir}: model.{name}={saved[name]}, as the checkpointed run was built")
+            setattr(cfg.model, name, saved[name])
+
+
+def _check_resume(run_dir: pathlib.Path, cfg: RunConfig) -> None:
+    saved = _saved_config(run_dir)
     now = cfg.to_dict()
     for section in ("recipe", "model", "data", "train", "model_name"):
         a, b = saved.get(section), now.get(section)
@@ -207,6 +229,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
         data = data or load_data(cfg.data, t.seq)
     cfg.model.vocab_size = data.vocab_size
     if resume:
+        _follow_layout(run_dir, cfg, log)
         _check_resume(run_dir, cfg)
 
     need, have = estimate_memory(cfg, autocast), available_memory(device)

@@ -4,6 +4,17 @@
 `model.blocks` (what convert's keep_bf16_first/last count), the output head is
 `model.head`, and MoE routers carry `keep_high_precision = True`.
 
+Block linears (`ModelConfig.fused_proj`, on by default): `attn.wqkv` (d -> 3d, rows q,
+k, v), `attn.wo`, `mlp.w_gate_up` (d -> 2*hidden, rows gate, up) and `mlp.w_down`; MoE
+experts are `mlp.experts.E.w_gate_up` / `.w_down`. With `fused_proj=False` (and for run
+folders whose config.json predates the field) they are the separate `attn.wq`, `.wk`,
+`.wv`, `.wo` and `mlp.w_gate`, `.w_up`, `.w_down`. A fused Linear quantizes its input
+once instead of three (two) times and runs one larger GEMM; its weight rows are the
+separate weights stacked, initialised to the same values from the same seed. Under a
+quantized recipe the weight row blocks are unchanged; what differs is the tensor amax
+of W and dY (shared across the parts) and the per-layer RHT signs / SR seeds (layer ids
+are counted over fewer linears). See ModelConfig.fused_proj.
+
     >>> import torch
     >>> from fourcast.train.config import model_config
     >>> m = Transformer(model_config("tiny"))
@@ -22,6 +33,9 @@ from torch import nn
 
 from fourcast import nn as fcnn
 from fourcast.train.config import ModelConfig
+
+# Fused projection -> how many separate Linears' weights it stacks (along its rows).
+FUSED_PARTS = {"wqkv": 3, "w_gate_up": 2}
 
 
 class RMSNorm(nn.Module):
@@ -55,15 +69,22 @@ class Attention(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.n_heads = cfg.n_heads
-        self.wq = nn.Linear(d, d, bias=False)
-        self.wk = nn.Linear(d, d, bias=False)
-        self.wv = nn.Linear(d, d, bias=False)
+        self.fused = cfg.fused_proj
+        if self.fused:
+            # One GEMM and one quantization of x for q, k and v (rows in that order):
+            # see ModelConfig.fused_proj.
+            self.wqkv = nn.Linear(d, 3 * d, bias=False)
+        else:
+            self.wq = nn.Linear(d, d, bias=False)
+            self.wk = nn.Linear(d, d, bias=False)
+            self.wv = nn.Linear(d, d, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
         H = self.n_heads
-        q, k, v = (w(x).view(B, T, H, D // H).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+        parts = self.wqkv(x).split(D, dim=-1) if self.fused else (self.wq(x), self.wk(x), self.wv(x))
+        q, k, v = (p.view(B, T, H, D // H).transpose(1, 2) for p in parts)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         shape = dict(B=B, H=H, T=T, D=D // H)
         bwd = fcnn.BackwardRegion("attention", phase="bwd", **shape)
@@ -74,14 +95,24 @@ class Attention(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    def __init__(self, d_model: int, hidden: int):
+    def __init__(self, d_model: int, hidden: int, *, fused: bool = True):
         super().__init__()
-        self.w_gate = nn.Linear(d_model, hidden, bias=False)
-        self.w_up = nn.Linear(d_model, hidden, bias=False)
+        self.fused = fused
+        if fused:
+            # One GEMM and one quantization of x for gate and up (gate rows first):
+            # see ModelConfig.fused_proj.
+            self.w_gate_up = nn.Linear(d_model, 2 * hidden, bias=False)
+        else:
+            self.w_gate = nn.Linear(d_model, hidden, bias=False)
+            self.w_up = nn.Linear(d_model, hidden, bias=False)
         self.w_down = nn.Linear(hidden, d_model, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+        if self.fused:
+            gate, up = self.w_gate_up(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.w_gate(x), self.w_up(x)
+        return self.w_down(F.silu(gate) * up)
 
 
 class MoE(nn.Module):
@@ -97,7 +128,7 @@ class MoE(nn.Module):
         self.multiple = cfg.moe_token_multiple
         self.router = nn.Linear(cfg.d_model, cfg.n_experts, bias=False)
         self.router.keep_high_precision = True
-        self.experts = nn.ModuleList(SwiGLU(cfg.d_model, cfg.ffn_hidden) for _ in range(cfg.n_experts))
+        self.experts = nn.ModuleList(SwiGLU(cfg.d_model, cfg.ffn_hidden, fused=cfg.fused_proj) for _ in range(cfg.n_experts))
         self.aux_loss = torch.zeros(())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -131,7 +162,7 @@ class Block(nn.Module):
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
-        self.mlp = MoE(cfg) if cfg.n_experts else SwiGLU(cfg.d_model, cfg.ffn_hidden)
+        self.mlp = MoE(cfg) if cfg.n_experts else SwiGLU(cfg.d_model, cfg.ffn_hidden, fused=cfg.fused_proj)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), cos, sin)
@@ -150,6 +181,7 @@ class Transformer(nn.Module):
         self._rope_len = 0
         self._init_weights()
 
+    @torch.no_grad()
     def _init_weights(self) -> None:
         std = self.cfg.init_std
         residual_std = std / math.sqrt(2 * self.cfg.n_layers)  # GPT-2 style for residual outputs
@@ -157,7 +189,11 @@ class Transformer(nn.Module):
             if p.ndim < 2:
                 continue
             last = name.rsplit(".", 2)[-2]
-            nn.init.normal_(p, 0.0, residual_std if last in ("wo", "w_down") else std)
+            # A fused weight is drawn part by part (q, k, v / gate, up), in the order
+            # the separate Linears are, so from the same seed it holds exactly their
+            # values stacked: fused and unfused runs start from the same model.
+            for part in p.chunk(FUSED_PARTS.get(last, 1), dim=0):
+                nn.init.normal_(part, 0.0, residual_std if last in ("wo", "w_down") else std)
 
     def _rope(self, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         if self._rope_len < length or self._rope_cos.device != device:

@@ -18,8 +18,8 @@ Schema "fourcast.profile/1":
      "other": ..                            # step time minus every region (norms, SwiGLU,
   },                                        #  RoPE, loss, embedding, Python, launch gaps)
   "ops": [                                  # one entry per distinct op (same kind and shape)
-    {"kind": "gemm", "role": "fprop"|"dgrad"|"wgrad"|"dgrad+wgrad", "layer": "blocks.0.attn.wq",
-     "M": 8192, "N": 768, "K": 768,        # C[M,N] = A[M,K] . B[N,K]^T, K = reduction dim
+    {"kind": "gemm", "role": "fprop"|"dgrad"|"wgrad"|"dgrad+wgrad", "layer": "blocks.0.attn.wqkv",
+     "M": 8192, "N": 2304, "K": 768,       # C[M,N] = A[M,K] . B[N,K]^T, K = reduction dim
      "a": "e2m1/e4m3x16", "b": "e2m1/e4m3x16x16",   # operand formats ("bf16" = not quantized)
      "rht": 16, "path": "dequant", "calls_per_step": 1, "ms_per_call": 0.05, "ms_per_step": 0.05},
     {"kind": "quantize", "layer": .., "operand": "wgrad.x", "rows": 768, "cols": 8192,

@@ -1,0 +1,193 @@
+"""Row + column quantizer in column strips (Triton): both copies of a row-major (R, C) x
+from one read, with no transpose of the data.
+
+A program owns a [BR, BC] tile whose BR rows are whole column blocks (B, or the column
+RHT's size), one warp wide (strip_config). Triton's load layout gives each thread 8
+consecutive columns of several rows, with few lanes per column (four for [16, 64]), so
+a column block's amax is an in-thread max plus a shuffle, and a row block (16 or 32
+columns) spans 2 or 4 lanes: no shared memory but the byte-sized column codes' store.
+Rows 2i and 2i + 1 of a column share a byte of the transposed copy (a sum of shifted
+codes over an in-thread axis). Decoded (x_hat) copies of both are written in x's
+orientation, like the load; only the column copy's codes and scale bytes are stored
+transposed (the Wgrad layout). Against the transposing and split kernels: no transpose
+of the data and 36-59 SASS instructions per element for both copies, not 64-114.
+
+The arithmetic is quantize.py's (_block_scales, _quant_elems, _round_elem), so codes,
+scale bytes, tensor scales and x_hat equal reference.quantize / dequantize bit for bit,
+SR included (philox.py: element (c, r) of the column layout uses offset_c). RHTs: f64
+butterflies in the Rust core's order and one rounding (reference.rht_lastdim), written
+as pair sums (no split/join); the stages that cross lanes cost f64 shuffles.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from fourcast.kernels.philox import sr_uniform
+from fourcast.kernels.quantize import (
+    _block_max,
+    _block_scales,
+    _cast_out,
+    _expand,
+    _quant_elems,
+    _store_codes,
+    _store_scales,
+    _tensor_scales,
+)
+
+
+@triton.jit
+def _pair_stage(y4, AXIS: tl.constexpr):
+    """One butterfly stage on a view whose AXIS (size 2) holds the pair (a, b):
+    (a + b, a - b) in place, each one f64 addition (a sum of two is a + b in any order)."""
+    sgn = tl.where(tl.arange(0, 2) == 0, 1.0, -1.0).to(tl.float64)
+    if AXIS == 1:
+        w = tl.reshape(sgn, (1, 2, 1, 1))
+    else:
+        w = tl.reshape(sgn, (1, 1, 2, 1))
+    plus = tl.expand_dims(tl.sum(y4, axis=AXIS), AXIS)
+    minus = tl.expand_dims(tl.sum(y4 * w, axis=AXIS), AXIS)
+    return tl.where(w > 0, plus, minus)
+
+
+@triton.jit
+def _rht_rows(x, r, SIGNS, NORM: tl.constexpr, N: tl.constexpr, LOG2N: tl.constexpr, BR: tl.constexpr,
+              BC: tl.constexpr):
+    """RHT along dim 0 (blocks of N rows; r: the tile's row indices [BR, 1])."""
+    y = x.to(tl.float64) * tl.load(SIGNS + (r % N)).to(tl.float64)
+    for s in tl.static_range(LOG2N):
+        y = tl.reshape(_pair_stage(tl.reshape(y, (BR // (2 << s), 2, 1 << s, BC)), 1), (BR, BC))
+    return (y * tl.full((1, 1), NORM, tl.float64)).to(tl.float32)
+
+
+@triton.jit
+def _rht_cols(x, c, SIGNS, NORM: tl.constexpr, N: tl.constexpr, LOG2N: tl.constexpr, BR: tl.constexpr,
+              BC: tl.constexpr):
+    """RHT along dim 1 (blocks of N columns; c: the tile's column indices [1, BC])."""
+    y = x.to(tl.float64) * tl.load(SIGNS + (c % N)).to(tl.float64)
+    for s in tl.static_range(LOG2N):
+        y = tl.reshape(_pair_stage(tl.reshape(y, (BR, BC // (2 << s), 2, 1 << s)), 2), (BR, BC))
+    return (y * tl.full((1, 1), NORM, tl.float64)).to(tl.float32)
+
+
+@triton.jit
+def _col_max(bits, BR: tl.constexpr, BC: tl.constexpr, B: tl.constexpr):
+    """Per column block (B rows): [BR / B, BC]."""
+    return tl.max(tl.reshape(bits, (BR // B, B, BC)), axis=1)
+
+
+@triton.jit
+def _col_expand(v, BR: tl.constexpr, BC: tl.constexpr, B: tl.constexpr):
+    return tl.reshape(tl.broadcast_to(tl.reshape(v, (BR // B, 1, BC)), (BR // B, B, BC)), (BR, BC))
+
+
+@triton.jit
+def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN, TS_OUT,
+                  SIGNS_R, SIGNS_C, R, C, seed, offset_r, offset_c,
+                  EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
+                  BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
+                  SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
+                  S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
+                  NUM: tl.constexpr, NANB: tl.constexpr, MODE_R: tl.constexpr, MODE_C: tl.constexpr,
+                  PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, CODES_R_ON: tl.constexpr,
+                  XHAT_R_ON: tl.constexpr, CODES_C_ON: tl.constexpr, XHAT_C_ON: tl.constexpr,
+                  UNSCALED: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, NORM_R: tl.constexpr,
+                  RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
+                  RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """See the module doc. PASS 0: the two tensor amaxes (atomic max of |y| bits, row
+    copy at AMAX_BITS[0], column copy at [1]); PASS 1: quantize and store what *_ON ask.
+    Program ids: rows fastest, so neighbouring programs fill the same transposed rows."""
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    r = pid_r * BR + tl.arange(0, BR)[:, None]
+    c = pid_c * BC + tl.arange(0, BC)[None, :]
+    inb = (r < R) & (c < C)
+    x = tl.load(X + r * C + c, mask=inb, other=0.0).to(tl.float32)
+    if RN_R > 0:
+        yr = _rht_cols(x, c, SIGNS_R, NORM_R, RN_R, LOG2N_R, BR, BC)
+    else:
+        yr = x
+    if RN_C > 0:
+        yc = _rht_rows(x, r, SIGNS_C, NORM_C, RN_C, LOG2N_C, BR, BC)
+    else:
+        yc = x
+    if PASS == 0 or FUSE_AMAX:
+        tl.atomic_max(AMAX_BITS, tl.max(tl.max(tl.abs(yr).to(tl.int32, bitcast=True), axis=1), axis=0))
+        tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(tl.abs(yc).to(tl.int32, bitcast=True), axis=1), axis=0))
+    if PASS == 1:
+        s_r, p_r = _tensor_scales(tl.load(AMAX_IN).to(tl.float32), False, RULE, NUM)
+        s_c, p_c = _tensor_scales(tl.load(AMAX_IN + 1).to(tl.float32), False, RULE, NUM)
+        if CODES_R_ON or XHAT_R_ON:
+            bmax = _block_max(tl.abs(yr).to(tl.int32, bitcast=True), BR, BC, B, TILE2D)
+            sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
+                                              S_MIN, NANB)
+            if MODE_R == 2:
+                u = sr_uniform(seed, r, c, C, offset_r)
+            else:
+                u = yr
+            codes, xhat = _quant_elems(yr, _expand(mult, BR, BC, B, TILE2D), _expand(sv, BR, BC, B, TILE2D),
+                                       _expand(bad.to(tl.int32), BR, BC, B, TILE2D) != 0, s_r, u, EMIN, MBITS,
+                                       FIXED, TWOS, BITS, GMAX, MODE_R, UNSCALED)
+            if CODES_R_ON:
+                _store_codes(CODES_R, codes, r, c, R, C, pid_c, BITS, BR, BC)
+                _store_scales(SCALES_R, sb, R, C, pid_r, pid_c, B, TILE2D, BR, BC)
+            if XHAT_R_ON:
+                tl.store(XHAT_R + r * C + c, _cast_out(xhat, XHAT_R, RNE_BF16), mask=inb)
+        if CODES_C_ON or XHAT_C_ON:
+            bits_c = tl.abs(yc).to(tl.int32, bitcast=True)
+            if TILE2D:
+                bmax = _block_max(bits_c, BR, BC, 16, True)  # [BR/16, BC/16]: the same 16x16 tiles
+            else:
+                bmax = _col_max(bits_c, BR, BC, B)
+            sb, mult, sv, bad = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
+                                              S_MIN, NANB)
+            if TILE2D:
+                mult_e = _expand(mult, BR, BC, 16, True)
+                sv_e = _expand(sv, BR, BC, 16, True)
+                bad_e = _expand(bad.to(tl.int32), BR, BC, 16, True) != 0
+            else:
+                mult_e = _col_expand(mult, BR, BC, B)
+                sv_e = _col_expand(sv, BR, BC, B)
+                bad_e = _col_expand(bad.to(tl.int32), BR, BC, B) != 0
+            if MODE_C == 2:  # the column layout (C, R): element (c, r)
+                u = sr_uniform(seed, c, r, R, offset_c)
+            else:
+                u = yc
+            codes, xhat = _quant_elems(yc, mult_e, sv_e, bad_e, s_c, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,
+                                       MODE_C, UNSCALED)
+            if CODES_C_ON:
+                if BITS == 4:  # rows 2i (low nibble) and 2i + 1 of a column share a byte
+                    shift = tl.reshape(tl.where(tl.arange(0, 2) == 0, 0, 4), (1, 2, 1))
+                    packed = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
+                    i = pid_r * (BR // 2) + tl.arange(0, BR // 2)[:, None]
+                    tl.store(CODES_C + c * (R // 2) + i, packed.to(tl.uint8), mask=(i < R // 2) & (c < C))
+                else:
+                    tl.store(CODES_C + c * R + r, codes.to(tl.uint8), mask=inb)
+                if TILE2D:
+                    j = pid_r * (BR // 16) + tl.arange(0, BR // 16)[:, None]
+                    c16 = pid_c * (BC // 16) + tl.arange(0, BC // 16)[None, :]
+                    tl.store(SCALES_C + c16 * (R // 16) + j, sb.to(tl.uint8), mask=(j < R // 16) & (c16 < C // 16))
+                else:
+                    j = pid_r * (BR // B) + tl.arange(0, BR // B)[:, None]
+                    tl.store(SCALES_C + c * (R // B) + j, sb.to(tl.uint8), mask=(j < R // B) & (c < C))
+            if XHAT_C_ON:
+                tl.store(XHAT_C + r * C + c, _cast_out(xhat, XHAT_C, RNE_BF16), mask=inb)
+        if (pid_r == 0) & (pid_c == 0):
+            tl.store(TS_OUT, s_r)
+            tl.store(TS_OUT + 1, s_c)
+
+
+def strip_config(spec_block: int, rn_r: int, rn_c: int, override, interpreting: bool):
+    """(BR, BC, warps). BR: one column block, or the column RHT if taller; one warp of
+    64 columns: Triton's load layout then gives each thread 4 rows x 8 columns (four
+    lanes per column block, two per 16-column row block), 128 registers, no spills
+    (ptxas, sm_90a). Fastest of six tiles on the H200 for the fused X + dY calls
+    (kernels-h200.md, session 3; [32, 64] was 5% faster on X alone, and [16, 256] or
+    [32, 128] spill badly with SR). override: a (BR, BC, warps) from the benchmarks."""
+    br = max(spec_block, rn_c, 16)
+    if override is not None:
+        return max(br, override[0]), max(override[1], rn_r), override[2]
+    if interpreting:
+        return br, max(32, rn_r), 1
+    return br, max(64, rn_r), 1

@@ -1,0 +1,76 @@
+"""The column-strip row+col quantizer (strip.py, quantize_rowcol's default for block
+formats) under TRITON_INTERPRET=1: codes, scale bytes, tensor scales, amax and decoded
+values bit for bit against the PyTorch reference for every block format (2-D tiles and
+FP8 elements included), per-copy outputs, SR on either copy, RHTs along either axis."""
+
+import pytest
+import torch
+
+from fourcast.kernels import quantize as qk
+from fourcast.kernels import reference as ref
+from fourcast.kernels import testing
+
+pytestmark = pytest.mark.interpret
+F = testing.FORMATS
+BLOCK_FORMATS = [n for n in F if not qk.parse_fmt(F[n]).per_tensor]
+
+
+def _bits(t):
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def _unscaled(p, dtype):
+    unit = torch.ones_like(p.tensor_scale)
+    return ref.dequantize(ref.Packed(p.codes, p.scales, unit, p.amax, p.fmt, p.shape, p.axis, p.rht), dtype)
+
+
+def test_block_formats_route_to_strip():
+    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4-2d"]), None, None, False) == "strip"
+    assert qk.rowcol_route(qk.parse_fmt(F["mxfp8"]), None, None, True) == "strip"
+    assert qk.rowcol_route(qk.parse_fmt(F["fp8"]), None, None, True) == "transpose"
+    rht = (16, ref.rht_signs(16, "te"))
+    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4"]), None, rht, False) == "strip"
+    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4"]), None, None, True, sr=True) == "split"
+    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4"]), None, rht, False, sr=True) == "transpose"
+
+
+@pytest.mark.parametrize("name", BLOCK_FORMATS)
+def test_strip_is_bit_exact(name):
+    f = F[name]
+    spec = qk.parse_fmt(f)
+    kinds = (("heavy", torch.bfloat16), ("ties", torch.bfloat16)) if name in ("nvfp4", "ufp4") else \
+        (("heavy", torch.bfloat16),)
+    for kind, dtype in kinds:
+        x = testing.make_input(kind, (32, 96), dtype, seed=8, fmt=f)
+        for rr, rc in (("rtne", "sr"), ("sr", "rtne")):
+            r, c = qk.quantize_rowcol(x, f, f, rr, rc, 3, 11, None, None)
+            assert testing.packed_diff(r, ref.quantize(x, f, rounding=rr, seed=3, offset=11)) == []
+            want_c = ref.quantize(x, f, axis=0, rounding=rc, seed=3, offset=11 + x.numel())
+            assert testing.packed_diff(c, want_c) == []
+    x = testing.make_input("tiny", (32, 96), torch.float32, seed=8, fmt=f)
+    o = qk.launch_rowcol(x, spec, "rtne", "sr", 3, 11, None, None, None, None, write_codes=(False, True),
+                         write_xhat=(True, False), xhat_dtype=torch.bfloat16, unscaled=True)
+    want_r = ref.quantize(x, f, seed=3, offset=11)
+    want_c = ref.quantize(x, f, axis=0, rounding="sr", seed=3, offset=11 + x.numel())
+    assert torch.equal(_bits(o["xhat"][0]), _bits(_unscaled(want_r, torch.bfloat16)))
+    assert torch.equal(o["codes"][1], want_c.codes) and torch.equal(o["scales"][1], want_c.scales)
+    assert torch.equal(o["ts"], torch.stack([want_r.tensor_scale, want_c.tensor_scale]))
+    assert torch.equal(o["amax"], torch.stack([want_r.amax, want_c.amax]))
+
+
+@pytest.mark.parametrize("name,n", [("nvfp4", 16), ("ufp4", 16), ("mxfp4", 32)])
+def test_strip_rht_either_axis(name, n, monkeypatch):
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
+    f = F[name]
+    s_r, s_c = ref.rht_signs(n, "per-step", 4), ref.rht_signs(n, "per-step", 5)
+    x = testing.make_input("heavy", (32, 64), torch.bfloat16, seed=2, fmt=f)
+    for rht_r, rht_c in (((n, s_r), (n, s_c)), (None, (n, s_c))):
+        r, c = qk.quantize_rowcol(x, f, f, "rtne", "sr", 1, 5, rht_r, rht_c)
+        assert testing.packed_diff(r, ref.quantize(x, f, rht=rht_r, seed=1, offset=5)) == []
+        want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=rht_c, seed=1, offset=5 + x.numel())
+        assert testing.packed_diff(c, want_c) == []
+    o = qk.launch_rowcol(x, qk.parse_fmt(f), "rtne", "rtne", 0, 0, (n, s_r), (n, s_c), None, None,
+                         write_codes=False, write_xhat=True)
+    want_r = ref.dequantize(ref.quantize(x, f, rht=(n, s_r)), x.dtype)
+    want_c = ref.dequantize(ref.quantize(x, f, axis=0, rht=(n, s_c), offset=x.numel()), x.dtype)
+    assert torch.equal(_bits(o["xhat"][0]), _bits(want_r)) and torch.equal(_bits(o["xhat"][1]), _bits(want_c))
