@@ -441,6 +441,47 @@ def gemm_bench():
     gk.CONFIG_OVERRIDE.pop("cfg", None)
 
 
+@section("packed GEMM kernel variants")
+def gemm_variants():
+    """gk.GEMM_VARIANTS (the in-register Triton kernels: the session-2 kernel "v1" and
+    the split-nibble kernel's decodes/tiles): each checked against the float64 bound on
+    NVFP4 x NVFP4-2D and MXFP4, then timed at 8192^3 and 8192x28672x4096."""
+    bf = RES["ceilings"].get("bf16", {})
+    cs = ((2048, 4096), (1024, 4096)) if not SMOKE else ((32, 64), (16, 64))
+    shapes = GEMM_SHAPES[:1] + [s for s in GEMM_SHAPES if s[1] == 28672] if not SMOKE else GEMM_SHAPES[:1]
+    ops_ = {}
+    for fname in ("nvfp4", "mxfp4"):
+        for (m, n, k) in shapes:
+            ops_[fname, (m, n, k)] = (qk.quantize(rand((m, k)), F[fname]), qk.quantize(rand((n, k)), F[fname]))
+    for label, ov in gk.GEMM_VARIANTS:
+        if left() < 45:
+            RES["errors"].append(f"gemm variant {label}: skipped (budget)")
+            continue
+        gk.CONFIG_OVERRIDE.clear()
+        gk.CONFIG_OVERRIDE.update(ov)
+        try:
+            for (fa, fb) in (("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4")):
+                a1, b1 = qk.quantize(rand(cs[0]), F[fa]), qk.quantize(rand(cs[1]), F[fb])
+                c64, bound = testing.gemm_bound(ref.dequantize_layout(a1), ref.dequantize_layout(b1), torch.bfloat16)
+                err = (gk.gemm(a1, b1, impl="triton").double() - c64).abs()
+                RES["checks"].append(dict(what=f"gemm variant {label} {fa} x {fb} within bound",
+                                          ok=bool((err <= bound).all()), max_err_over_bound=float((err / bound).max())))
+            for (fname, shape), (pa, pb) in ops_.items():
+                m, n, k = shape
+                key = f"{m}x{n}x{k}"
+                t = ms(lambda: gk.gemm(pa, pb, impl="triton"))
+                tf = 2 * m * n * k / t / 1e9
+                ratio = tf / bf[key]["tflops"] if key in bf else None
+                RES["gemm"].append(dict(variant=f"packed {fname} triton [{label}]", impl="triton", fmt=fname,
+                                        shape=key, ms=t, tflops=tf, vs_cublas_bf16=ratio))
+                log(f"{label} {fname} {key}: {tf:.0f} TFLOP/s ({ratio or 0:.0%} of cuBLAS bf16)")
+        except Exception as exc:
+            RES["errors"].append(f"gemm variant {label}: {exc!r}")
+            traceback.print_exc()
+        save()
+    gk.CONFIG_OVERRIDE.clear()
+
+
 GEMM_IMPL_LABEL = {"triton": "triton", "dequant": "dequant+cuBLAS", "fp8": "E4M3+cuBLAS FP8"}
 
 
@@ -624,7 +665,7 @@ def main():
     ARGS = ap.parse_args()
     torch.manual_seed(0)
     steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, layer_profiles, peers,
-             gemm_bench, qlinear_bench, linear_bench,
+             gemm_bench, gemm_variants, qlinear_bench, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]
     for s in steps:

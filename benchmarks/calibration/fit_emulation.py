@@ -1,5 +1,5 @@
 """Fit the H200 terms that explain the profiled training runs (RUNS/<recipe>/profile.json;
-default training-h200-run4, the fused path of session 2) with an honest fit / hold-out
+default training-h200-run5: session 3's kernels, fused projections) with an honest fit / hold-out
 split, and print per-recipe class errors; --check-runs prices another run folder's
 profiles with the fitted terms (a second model size and attention shape: all held out).
 
@@ -9,7 +9,7 @@ profiles with the fitted terms (a second model size and attention shape: all hel
 - gemm: `emulation.torch_eager_call_us` (fixed cost of one eager GEMM region as the CUDA
   events time it), fitted on the BF16 run's GEMMs only; the FP4 runs' GEMMs are held out.
 - quantize: `emulation.triton_quant_*` (fourcast's Triton quantizers: per call, per element
-  written, per rotated element), least squares weighted by calls, on the quantize ops of
+  written, per rotated element, per stochastically rounded element), least squares weighted by calls, on the quantize ops of
   QUANT_FIT; QUANT_HELD_OUT are predicted, not fitted.
 
     python benchmarks/calibration/fit_emulation.py [--runs DIR] [--check-runs DIR] [--write]
@@ -28,7 +28,7 @@ from fourcast import hw as fchw
 from fourcast import project as P
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-RUNS = ROOT / "benchmarks/results/training-h200-run4"
+RUNS = ROOT / "benchmarks/results/training-h200-run5"
 RECIPES = ("bf16", "ue5m3", "nvfp4", "mxfp4", "ufp4")
 GEMM_FIT = ("bf16",)
 QUANT_FIT = ("nvfp4", "mxfp4", "ue5m3")
@@ -41,11 +41,12 @@ def profile(recipe: str) -> dict:
 
 
 def quant_features(q: dict) -> list[float]:
-    """[1, elements written, rotated elements written] of a quantize op, as Rust counts them."""
+    """[1, elements written, rotated, stochastically rounded] of a quantize op, as Rust counts them."""
     n = float(q["numel"])
     copies = [2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"]]
     rotated = [c for c, o in zip(copies, q["outputs"]) if o["rht"] > 0]
-    return [1.0, n * sum(copies), n * sum(rotated)]
+    stochastic = [c for c, o in zip(copies, q["outputs"]) if o.get("sr")]
+    return [1.0, n * sum(copies), n * sum(rotated), n * sum(stochastic)]
 
 
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -135,12 +136,13 @@ def main() -> None:
     eager = round(fit_gemm(hw), 2)
     hw = hw.set("emulation.torch_eager_call_us", eager)
     c = fit_quant()
-    call_us, ns, rht_ns = round(c[0] * 1e6, 2), round(c[1] * 1e9, 5), round(c[2] * 1e9, 5)
+    call_us, ns, rht_ns, sr_ns = round(c[0] * 1e6, 2), round(c[1] * 1e9, 5), round(c[2] * 1e9, 5), \
+        round(c[3] * 1e9, 5)
     for key, v in (("triton_quant_call_us", call_us), ("triton_quant_ns_per_elem", ns),
-                   ("triton_quant_rht_ns_per_elem", rht_ns)):
+                   ("triton_quant_rht_ns_per_elem", rht_ns), ("triton_quant_sr_ns_per_elem", sr_ns)):
         hw = hw.set(f"emulation.{key}", v)
     print(f"attention_tile_cycles {tile:.0f}; torch_eager_call_us {eager:.2f}; "
-          f"triton quant: {call_us:.2f} us/call, {ns:.5f} ns/elem, rht {rht_ns:.5f} ns/elem")
+          f"triton quant: {call_us:.2f} us/call, {ns:.5f} ns/elem, rht {rht_ns:.5f}, sr {sr_ns:.5f} ns/elem")
     role = {"gemm": GEMM_FIT, "quantize": QUANT_FIT, "attention": ATTN_FIT}
     print(f"fit folder {RUNS.name}:")
     for r, row in errors(hw).items():
@@ -162,6 +164,7 @@ def main() -> None:
             "triton_quant_call_us": (call_us, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),
             "triton_quant_ns_per_elem": (ns, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),
             "triton_quant_rht_ns_per_elem": (rht_ns, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),
+            "triton_quant_sr_ns_per_elem": (sr_ns, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; {', '.join(QUANT_HELD_OUT)} held out)"),
         })
 
 

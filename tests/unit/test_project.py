@@ -119,31 +119,40 @@ def test_other_from_a_bf16_run(tmp_path, run_dir):
         project.project(run_dir, ["b200"], other_from=bf16)
 
 
-# Committed H200 model-vs-measured bounds on the training-h200-run4 profiles (125M model,
-# fused path): |error| per (recipe, class) must stay within these (the current error rounded
-# up to the next percent). Held out = not used to fit that class's H200 term
-# (benchmarks/calibration/fit_emulation.py).
+# Committed H200 model-vs-measured bounds on the training-h200-run5 profiles (125M model,
+# fused projections, session-3 kernels): |error| per (recipe, class) must stay within these
+# (the current error rounded up to the next percent). Held out = not used to fit that
+# class's H200 term (benchmarks/calibration/fit_emulation.py). Run 4 (the unfused model:
+# other GEMM shapes, the same attention shape) checks the GEMM and attention terms held
+# out; its quantize ops ran session 2's kernels, so they are not a check of today's terms.
 RUN2 = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run2"
 RUN4 = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run4"
-HELD_OUT_BOUNDS = {
-    ("ue5m3", "gemm"): 0.09, ("nvfp4", "gemm"): 0.12, ("mxfp4", "gemm"): 0.16, ("ufp4", "gemm"): 0.15,
-    ("ufp4", "quantize"): 0.30,
-}
-FIT_BOUNDS = {
-    ("bf16", "gemm"): 0.01,
-    ("ue5m3", "quantize"): 0.10, ("nvfp4", "quantize"): 0.11, ("mxfp4", "quantize"): 0.02,
-    **{(r, "attention"): b for r, b in
-       (("bf16", 0.01), ("ue5m3", 0.01), ("nvfp4", 0.01), ("mxfp4", 0.02), ("ufp4", 0.01))},
+RUN5 = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run5"
+BOUNDS = {
+    RUN5: {  # fit: bf16 gemm, every attention, ue5m3/nvfp4/mxfp4 quantize; the rest held out
+        ("bf16", "gemm"): 0.07, ("ue5m3", "gemm"): 0.04, ("nvfp4", "gemm"): 0.06, ("mxfp4", "gemm"): 0.13,
+        ("ufp4", "gemm"): 0.05,
+        ("ue5m3", "quantize"): 0.08, ("nvfp4", "quantize"): 0.08, ("mxfp4", "quantize"): 0.03,
+        ("ufp4", "quantize"): 0.10,
+        **{(r, "attention"): 0.01 for r in ("bf16", "ue5m3", "nvfp4", "mxfp4", "ufp4")},
+    },
+    RUN4: {  # all held out
+        ("bf16", "gemm"): 0.04, ("ue5m3", "gemm"): 0.04, ("nvfp4", "gemm"): 0.07, ("mxfp4", "gemm"): 0.11,
+        ("ufp4", "gemm"): 0.10,
+        **{(r, "attention"): b for r, b in
+           (("bf16", 0.01), ("ue5m3", 0.01), ("nvfp4", 0.01), ("mxfp4", 0.03), ("ufp4", 0.01))},
+    },
 }
 
 
+@pytest.mark.parametrize("run", [RUN5, RUN4], ids=["run5", "run4"])
 @pytest.mark.parametrize("recipe", ["bf16", "ue5m3", "nvfp4", "mxfp4", "ufp4"])
-def test_h200_prediction_stays_within_committed_bounds(recipe):
-    rep = project.project(RUN4 / recipe, [])
-    for (r, cls), bound in {**HELD_OUT_BOUNDS, **FIT_BOUNDS}.items():
+def test_h200_prediction_stays_within_committed_bounds(recipe, run):
+    rep = project.project(run / recipe, [])
+    for (r, cls), bound in BOUNDS[run].items():
         if r == recipe:
             err = rep.h200_error[cls]
-            assert abs(err) <= bound, f"{recipe} {cls}: {err:+.1%} outside committed {bound:.0%}"
+            assert abs(err) <= bound, f"{run.name} {recipe} {cls}: {err:+.1%} outside committed {bound:.0%}"
 
 
 def test_emulation_costs_only_price_the_h200_base():

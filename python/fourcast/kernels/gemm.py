@@ -3,17 +3,22 @@ as Packed codes + scale bytes + tensor scale, blocked along K.
 
 Each K-step loads nibbles and scale bytes, dequantizes in registers to bf16
 (value(code) * block scale: every E2M1/E1M2/INT4 value times an E4M3, UE5M3 or UE8M0
-scale is exact in bf16, and so is an FP8 value times an E4M3/UE8M0 scale), and feeds
-tl.dot with FP32 accumulation. The tensor scales are divided out in the epilogue:
-C = (acc / ts_a) / ts_b, cast to bf16 or f32.
+scale is exact in bf16, and so is an FP8 value times an E4M3/UE8M0 scale; with E4M3
+scales on 4-bit sign-magnitude grids also in f16, which the split kernel then uses), and
+feeds tl.dot with FP32 accumulation. The tensor scales are divided out in the epilogue:
+C = (acc / ts_a) / ts_b, cast to bf16 or f32 (after an exact power-of-two factor where a
+decode leaves one).
 
-Error bound (tests/gpu/test_gemm.py): with A_hat, B_hat the dequantized operands and
-C64 their float64 product, |C - C64| <= 2 * K * 2^-24 * (|A_hat| |B_hat|^T) + the output
+Error bound (tests/gpu/test_kernels_gpu.py): with A_hat, B_hat the dequantized operands
+and C64 their float64 product, |C - C64| <= 2 * K * 2^-24 * (|A_hat| |B_hat|^T) + the output
 rounding (2^-8 |C64| for bf16): FP32 accumulation in any order (tensor cores included)
 plus the two epilogue divisions.
 
 Three implementations (`impl`); "triton" and "dequant" within that bound, "fp8" not:
-- "triton": the kernel above (dequantization in registers, not overlapped with the MMA).
+- "triton": the kernel above, as the split-nibble kernel (KERNEL; the section "the
+  split-nibble kernel" below: low and high nibbles as two MMAs, decoded by PTX table
+  lookups, two CTAs per SM so one's decode runs under the other's wgmma) or the original
+  interleaved one ("v1", also the route for K not a multiple of 32).
 - "dequant": each operand dequantized once to bf16 without its tensor scale (exact, as
   above), one cuBLAS bf16 GEMM with FP32 output (torch.mm out_dtype=float32; float32
   matmul on CPU under the interpreter), then the same epilogue (acc / ts_a) / ts_b.
@@ -53,8 +58,10 @@ import triton.language as tl
 
 from fourcast.errors import ShapeError
 from fourcast.kernels.quantize import SCALE_KIND, _cast_out, _cdiv, _decode, _pow2
+from fourcast.kernels.reference import grid_values
 from fourcast.kernels.quantize import dequantize as _dequantize
 from fourcast.kernels.utils import (
+    GRIDS,
     NAN_BYTE,
     SCALE_GRIDS,
     Packed,
@@ -128,6 +135,18 @@ def _load_operand(CODES, SCALES, row, kk, k0, R, K, EMIN: tl.constexpr, MBITS: t
 
 
 @triton.jit
+def _tile_ids(M, N, BM: tl.constexpr, BN: tl.constexpr, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of this program, grouped GROUP_M row tiles at a time (L2 reuse)."""
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    return first_m + (pid % group) % size_m, (pid % group) // size_m
+
+
+@triton.jit
 def _gemm_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                  A_EMIN: tl.constexpr, A_MBITS: tl.constexpr, A_FIXED: tl.constexpr, A_TWOS: tl.constexpr,
                  A_BITS: tl.constexpr, A_FP8: tl.constexpr, A_E2M1: tl.constexpr, A_SCALE: tl.constexpr,
@@ -139,14 +158,7 @@ def _gemm_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                  B_NANB: tl.constexpr,
                  RNE_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                  GROUP_M: tl.constexpr):
-    pid = tl.program_id(0)
-    num_m = tl.cdiv(M, BM)
-    num_n = tl.cdiv(N, BN)
-    group = GROUP_M * num_n
-    first_m = (pid // group) * GROUP_M
-    size_m = tl.minimum(num_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group) % size_m
-    pid_n = (pid % group) // size_m
+    pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
     rm = pid_m * BM + tl.arange(0, BM)[:, None]
     rn = pid_n * BN + tl.arange(0, BN)[:, None]
     kk = tl.arange(0, BK)[None, :]
@@ -165,18 +177,374 @@ def _gemm_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     tl.store(C + cm * N + cn, _scaled_cast(acc, A_TS, B_TS, C, RNE_BF16), mask=(cm < M) & (cn < N))
 
 
-def gemm_config(m: int, n: int, k: int, k_align: int):
-    """(BM, BN, BK, GROUP_M, warps, stages). Large output tiles amortise the per-element
-    dequantization over more MMA work (dequant cost ~ (BM + BN) * BK, MMA ~ BM * BN * BK),
-    but the dequantized tiles live in registers beside the accumulator: ptxas (sm_90a,
-    compiled here without a GPU) reports 206 registers and no spills for 128x128x32 with
-    8 warps, while 128x256x64 and 128x128x64 spill. BK must be a multiple of both
-    operands' blocks (16 or 32) and divide K. benchmarks/kernels.py times the
-    alternatives (CONFIG_OVERRIDE). Interpreter: one small config."""
+# ------------------------------------------------------------------ the split-nibble kernel
+#
+# The product does not depend on the order of K, so one K-step of 4-bit operands is two
+# MMAs of depth BK/2: the low nibbles of the [BR, BK/2] code bytes (elements 2j) of A and
+# B, then the high nibbles (elements 2j + 1). Each tile is an elementwise function of the
+# loaded bytes: no join/reshape, no register shuffle before the MMA, and on the GPU one
+# PTX routine turns four code bytes and their four scales into four packed 16-bit pairs.
+# 8-bit codes are split into even and odd elements the same way.
+#
+# Decode per operand (DEC): 0 generic (f32 decode and scale cast to the MMA type: every
+# format, and the interpreter's path for all of them); 1 LUT (each |value|'s bytes picked
+# by prmt from an 8-entry table, sign ORed in, times the scale: no conversion
+# instructions, which the CUDA guide rates at 16 per SM per cycle against 64 for integer
+# ones); 2 CVT (nibble -> E4M3 byte by shifts, cvt.rn.f16x2.e4m3x2, times the scale; the
+# byte is value * 2^-6, multiplied back in the epilogue; fewer instructions, all the
+# more conversions: GEMM_VARIANTS has a GPU run time both). The routines are exactly
+# elementwise (each output element from its own byte and its own scale), so whatever
+# register layout Triton picks for the tiles, A and B stay consistent. The MMA is f16
+# when both operands are 4-bit sign-magnitude grids with E4M3 scales (|value * scale| <=
+# 7 * 448 with its last bit >= 2^-11: exact in f16, and E4M3 converts to f16 in
+# hardware), bf16 otherwise (UE8M0 and UE5M3 scales need bf16's exponent range).
+# benchmarks/gemm_sass.py counts what each variant costs in SASS;
+# tests/interpret/test_gemm_split.py checks the PTX routines bit for bit on the CPU.
+
+# 4 code bytes ($4) and the scales of those 4 elements ($5, $6: packed pairs) -> the
+# 4 low-nibble values ($0, $1) and the 4 high-nibble values ($2, $3), as f16 pairs.
+# Magnitudes: prmt picks byte (code & 7) of the table {H0, H1} for 4 nibbles at once
+# (prmt reads 4 selector nibbles; bit 3 would select sign replication, hence & 7); an
+# f16 grid value has a zero low byte. Signs: (code >> 1) & 4 selects byte 0 (0x00) or
+# byte 4 (0x80) of {0, 0x80}, both immediates (ptxas then needs no register for them;
+# with one it rematerialises the constant before each use at 128 registers).
+_LUT_F16_ASM = """{{
+.reg .b32 m, m2, g, g1, g2, h01, h23, s01, s23, t0, t1, t2, t3;
+and.b32 m, $4, 0x77777777;
+shr.u32 g, $4, 1;
+and.b32 g1, g, 0x44444444;
+shr.u32 m2, m, 16;
+shr.u32 g2, g1, 16;
+prmt.b32 h01, {H0}, {H1}, m;
+prmt.b32 h23, {H0}, {H1}, m2;
+prmt.b32 s01, 0, 0x00000080, g1;
+prmt.b32 s23, 0, 0x00000080, g2;
+or.b32 h01, h01, s01;
+or.b32 h23, h23, s23;
+prmt.b32 t0, h01, 0, 0x2404;
+prmt.b32 t1, h23, 0, 0x2404;
+prmt.b32 t2, h01, 0, 0x3414;
+prmt.b32 t3, h23, 0, 0x3414;
+mul.rn.f16x2 $0, t0, $5;
+mul.rn.f16x2 $1, t1, $6;
+mul.rn.f16x2 $2, t2, $5;
+mul.rn.f16x2 $3, t3, $6;
+}}"""
+
+# The same for bf16 values, whose low bytes are not all zero: a second table {L0, L1}
+# and a byte interleave (as Triton's own fp4 -> bf16 upcast does).
+_LUT_BF16_ASM = """{{
+.reg .b32 m, m2, g, g1, g2, l01, l23, h01, h23, s01, s23;
+and.b32 m, $4, 0x77777777;
+shr.u32 g, $4, 1;
+and.b32 g1, g, 0x44444444;
+shr.u32 m2, m, 16;
+shr.u32 g2, g1, 16;
+prmt.b32 l01, {L0}, {L1}, m;
+prmt.b32 l23, {L0}, {L1}, m2;
+prmt.b32 h01, {H0}, {H1}, m;
+prmt.b32 h23, {H0}, {H1}, m2;
+prmt.b32 s01, 0, 0x00000080, g1;
+prmt.b32 s23, 0, 0x00000080, g2;
+or.b32 h01, h01, s01;
+or.b32 h23, h23, s23;
+prmt.b32 s01, l01, h01, 0x6240;
+prmt.b32 s23, l23, h23, 0x6240;
+prmt.b32 l01, l01, h01, 0x7351;
+prmt.b32 l23, l23, h23, 0x7351;
+mul.rn.bf16x2 $0, s01, $5;
+mul.rn.bf16x2 $1, s23, $6;
+mul.rn.bf16x2 $2, l01, $5;
+mul.rn.bf16x2 $3, l23, $6;
+}}"""
+
+# E2M1 / E1M2 nibble -> the E4M3 byte of value * 2^-6 (sign to bit 7, the magnitude
+# shifted so its exponent bits land on E4M3's: subnormals line up too), four per
+# instruction, then the hardware conversion to f16 pairs.
+_CVT_F16_ASM = """{{
+.reg .b32 a, b, c, h, lo4, hi4, l01, l23, h01, h23;
+.reg .b16 p0, p1, q0, q1;
+and.b32 a, $4, 0x07070707;
+and.b32 b, $4, 0x08080808;
+shl.b32 b, b, {LS};
+or.b32 lo4, a, b;
+shl.b32 lo4, lo4, {LF};
+shr.u32 h, $4, {HS};
+and.b32 c, $4, 0x80808080;
+lop3.b32 hi4, h, {HM}, c, 0xEA;
+mov.b32 {{p0, p1}}, lo4;
+mov.b32 {{q0, q1}}, hi4;
+cvt.rn.f16x2.e4m3x2 l01, p0;
+cvt.rn.f16x2.e4m3x2 l23, p1;
+cvt.rn.f16x2.e4m3x2 h01, q0;
+cvt.rn.f16x2.e4m3x2 h23, q1;
+mul.rn.f16x2 $0, l01, $5;
+mul.rn.f16x2 $1, l23, $6;
+mul.rn.f16x2 $2, h01, $5;
+mul.rn.f16x2 $3, h23, $6;
+}}"""
+_CVT_SHIFTS = {"e2m1": dict(LS=2, LF=2, HS=2, HM="0x1C1C1C1C"), "e1m2": dict(LS=3, LF=1, HS=3, HM="0x0E0E0E0E")}
+CVT_EXP = 6  # the CVT decode leaves value * 2^-6
+
+
+def _magnitude_bits(element: str, dtype: torch.dtype) -> list[int]:
+    """16-bit patterns of value(code) for the 8 magnitude codes of a sign-magnitude grid."""
+    v = grid_values(GRIDS[element])[:8]
+    h = v.to(dtype)
+    assert torch.equal(h.float(), v), f"{element} is not exact in {dtype}"
+    return [int(x) & 0xFFFF for x in h.view(torch.int16)]
+
+
+def _words(vals: list[int], shift: int) -> dict:
+    b = [(v >> shift) & 0xFF for v in vals]
+    return (f"0x{b[3]:02X}{b[2]:02X}{b[1]:02X}{b[0]:02X}", f"0x{b[7]:02X}{b[6]:02X}{b[5]:02X}{b[4]:02X}")
+
+
+@functools.lru_cache(maxsize=None)
+def decode_asm(element: str, dec: int, f16: bool) -> str:
+    """The PTX routine of decode `dec` (1 LUT, 2 CVT) for a 4-bit grid, f16 or bf16 values."""
+    if dec == 2:
+        return _CVT_F16_ASM.format(**_CVT_SHIFTS[element])
+    bits = _magnitude_bits(element, torch.float16 if f16 else torch.bfloat16)
+    h0, h1 = _words(bits, 8)
+    if f16:
+        assert all(b & 0xFF == 0 for b in bits)
+        return _LUT_F16_ASM.format(H0=h0, H1=h1)
+    l0, l1 = _words(bits, 0)
+    return _LUT_BF16_ASM.format(H0=h0, H1=h1, L0=l0, L1=l1)
+
+
+def _lut_ok(spec) -> bool:
+    """A 4-bit sign-magnitude grid with block scales: the LUT decode applies."""
+    g = spec.grid
+    return g.bits == 4 and not g.twos and spec.scale != "fp32"
+
+
+def _f16_ok(spec) -> bool:
+    return _lut_ok(spec) and spec.scale == "e4m3"
+
+
+def split_plan(a_spec, b_spec, decode: str | None = None) -> dict:
+    """The decode of each operand and the MMA type (see the section comment). decode:
+    "lut" | "cvt" (CVT where it applies, LUT otherwise) | "generic"; None: DECODE."""
+    decode = decode or CONFIG_OVERRIDE.get("decode") or DECODE
+    f16 = decode != "generic" and _f16_ok(a_spec) and _f16_ok(b_spec)
+    plan = {"DOT_F16": f16}
+    epi = 0
+    for pre, spec in (("A_", a_spec), ("B_", b_spec)):
+        if decode == "generic" or not _lut_ok(spec):
+            dec = 0
+        elif f16 and decode == "cvt" and spec.element in _CVT_SHIFTS:
+            dec = 2
+        else:
+            dec = 1
+        plan[pre + "DEC"] = dec
+        plan[pre + "ASM"] = decode_asm(spec.element, dec, f16) if dec else ""
+        epi += CVT_EXP if dec == 2 else 0
+    plan["EPI_EXP"] = epi
+    return plan
+
+
+@triton.jit
+def _scale_bytes(SCALES, row, k0, K, SCALE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
+                 BK: tl.constexpr):
+    """Scale bytes of the K-step at k0 (< K), [BR, BK // block], for in-bounds rows (the
+    caller clamps them: no mask, no predicate). The loop fetches the next step's bytes a
+    step ahead (too small for cp.async, the pipeliner leaves them alone). One byte per
+    thread: a wider load (an alignment hint makes a row's bytes one word) makes the layout
+    of the scales, and so of the code bytes they multiply, non-contiguous per thread, and
+    packing for the PTX decode then costs a prmt per byte (gemm_sass.py: 166 registers)."""
+    if SCALE == 0:
+        return tl.zeros((row.shape[0], 1), tl.uint8)
+    else:
+        blk: tl.constexpr = 16 if TILE2D else B
+        nb: tl.constexpr = BK // blk
+        srow = row // 16 if TILE2D else row
+        return tl.load(SCALES + srow * (K // blk) + k0 // blk + tl.arange(0, nb)[None, :])
+
+
+@triton.jit
+def _scale_values(sb, SCALE: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, NANB: tl.constexpr,
+                  GENERIC: tl.constexpr, DOT_F16: tl.constexpr):
+    """Block scale values: f32 for the generic decode (the reference's decode_scale: E4M3
+    read with its sign bit), else exact in the MMA's 16-bit type from the bits: E4M3 -> f16
+    by the hardware conversion; for bf16, UE8M0 2^(b - 127) is b << 7 (byte 0 the subnormal
+    2^-127), E4M3 and UE5M3 line up with bf16 at 2^-120 and 2^-112."""
+    b = sb.to(tl.int32)
+    if GENERIC:
+        if SCALE == 1:
+            sv = _pow2(b - 127)
+        elif SCALE == 2:
+            sv = _decode(b, S_EMIN, S_MBITS, False, False, 8, 1)
+        else:
+            sv = _decode(b, S_EMIN, S_MBITS, False, False, 9, 0)
+        return tl.where(b == NANB, float("nan"), sv)
+    elif DOT_F16:
+        return sb.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    elif SCALE == 1:
+        bits = tl.where(b == 0, 0x40, tl.where(b == 255, 0x7FC0, b << 7))
+        return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    elif SCALE == 2:
+        bits = ((b & 0x7F) << 4) | ((b & 0x80) << 8)
+        sv = bits.to(tl.uint16).to(tl.bfloat16, bitcast=True) * 2.0**120
+        return tl.where((b & 0x7F) == 0x7F, float("nan"), sv)
+    else:
+        sv = (b << 4).to(tl.uint16).to(tl.bfloat16, bitcast=True) * 2.0**112
+        return tl.where(b == 255, float("nan"), sv)
+
+
+@triton.jit
+def _split_operand(CODES, sb, row, k0, K, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr,
+                   TWOS: tl.constexpr, BITS: tl.constexpr, FP8: tl.constexpr, E2M1: tl.constexpr,
+                   SCALE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr, S_EMIN: tl.constexpr,
+                   S_MBITS: tl.constexpr, NANB: tl.constexpr, DEC: tl.constexpr, ASM: tl.constexpr,
+                   DOT_F16: tl.constexpr, F32: tl.constexpr, BR: tl.constexpr, BK: tl.constexpr):
+    """(even, odd) [BR, BK/2] tiles of the K-step at k0 (elements k0 + 2j and k0 + 2j + 1)
+    without the tensor scale, given the step's scale bytes `sb`, for in-bounds rows. f32
+    under the interpreter (F32, whose bf16 tl.dot is wrong): the same values, CVT's 2^-6
+    included."""
+    NB: tl.constexpr = BK // (16 if TILE2D else B)
+    generic: tl.constexpr = F32 or DEC == 0
+    if SCALE != 0:
+        s = _per_block(_scale_values(sb, SCALE, S_EMIN, S_MBITS, NANB, generic, DOT_F16), BR, BK // 2, BK // 2 // NB)
+    if BITS == 4:
+        byte = tl.load(CODES + row * (K // 2) + k0 // 2 + tl.arange(0, BK // 2)[None, :])
+        if generic:
+            c = byte.to(tl.int32)
+            c_lo = c & 0xF
+            c_hi = c >> 4
+    else:
+        x = tl.load(CODES + row * K + k0 + tl.arange(0, BK)[None, :]).to(tl.int32)
+        c_lo, c_hi = tl.split(tl.reshape(x, (BR, BK // 2, 2)))
+    if generic:
+        if E2M1:
+            lo = _e2m1_bits(c_lo)
+            hi = _e2m1_bits(c_hi)
+        else:
+            lo = _decode(c_lo, EMIN, MBITS, FIXED, TWOS, BITS, FP8)
+            hi = _decode(c_hi, EMIN, MBITS, FIXED, TWOS, BITS, FP8)
+        if SCALE != 0:
+            lo = lo * s
+            hi = hi * s
+        if DEC == 2:
+            lo = lo * 2.0**-6
+            hi = hi * 2.0**-6
+        if not F32:
+            lo = lo.to(tl.float16 if DOT_F16 else tl.bfloat16)
+            hi = hi.to(tl.float16 if DOT_F16 else tl.bfloat16)
+    else:
+        lo, hi = tl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [byte, s],
+                                           dtype=(s.dtype, s.dtype), is_pure=True, pack=4)
+    return lo, hi
+
+
+@triton.jit
+def _split_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
+                  A_EMIN: tl.constexpr, A_MBITS: tl.constexpr, A_FIXED: tl.constexpr, A_TWOS: tl.constexpr,
+                  A_BITS: tl.constexpr, A_FP8: tl.constexpr, A_E2M1: tl.constexpr, A_SCALE: tl.constexpr,
+                  A_B: tl.constexpr, A_TILE2D: tl.constexpr, A_S_EMIN: tl.constexpr, A_S_MBITS: tl.constexpr,
+                  A_NANB: tl.constexpr,
+                  B_EMIN: tl.constexpr, B_MBITS: tl.constexpr, B_FIXED: tl.constexpr, B_TWOS: tl.constexpr,
+                  B_BITS: tl.constexpr, B_FP8: tl.constexpr, B_E2M1: tl.constexpr, B_SCALE: tl.constexpr,
+                  B_B: tl.constexpr, B_TILE2D: tl.constexpr, B_S_EMIN: tl.constexpr, B_S_MBITS: tl.constexpr,
+                  B_NANB: tl.constexpr,
+                  A_DEC: tl.constexpr, A_ASM: tl.constexpr, B_DEC: tl.constexpr, B_ASM: tl.constexpr,
+                  DOT_F16: tl.constexpr, EPI_EXP: tl.constexpr,
+                  RNE_BF16: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  GROUP_M: tl.constexpr):
+    pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
+    rm = pid_m * BM + tl.arange(0, BM)[:, None]
+    rn = pid_n * BN + tl.arange(0, BN)[:, None]
+    # Rows past M / N load row M - 1 / N - 1 instead of being masked (no predicates in the
+    # loop): they only reach C's rows / columns past M / N, which are not stored.
+    rm = tl.minimum(rm, M - 1)
+    rn = tl.minimum(rn, N - 1)
+    sa = _scale_bytes(A_SCALES, rm, 0, K, A_SCALE, A_B, A_TILE2D, BK)
+    sb = _scale_bytes(B_SCALES, rn, 0, K, B_SCALE, B_B, B_TILE2D, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        k_next = tl.where(k0 + BK < K, k0 + BK, 0)  # the last step fetches step 0 again, unused
+        sa_next = _scale_bytes(A_SCALES, rm, k_next, K, A_SCALE, A_B, A_TILE2D, BK)
+        sb_next = _scale_bytes(B_SCALES, rn, k_next, K, B_SCALE, B_B, B_TILE2D, BK)
+        a_lo, a_hi = _split_operand(A_CODES, sa, rm, k0, K, A_EMIN, A_MBITS, A_FIXED, A_TWOS, A_BITS, A_FP8,
+                                    A_E2M1, A_SCALE, A_B, A_TILE2D, A_S_EMIN, A_S_MBITS, A_NANB, A_DEC, A_ASM,
+                                    DOT_F16, RNE_BF16, BM, BK)
+        b_lo, b_hi = _split_operand(B_CODES, sb, rn, k0, K, B_EMIN, B_MBITS, B_FIXED, B_TWOS, B_BITS, B_FP8,
+                                    B_E2M1, B_SCALE, B_B, B_TILE2D, B_S_EMIN, B_S_MBITS, B_NANB, B_DEC, B_ASM,
+                                    DOT_F16, RNE_BF16, BN, BK)
+        if RNE_BF16:  # interpreter: f32 tiles
+            acc = tl.dot(a_lo, tl.trans(b_lo), acc, input_precision="ieee")
+            acc = tl.dot(a_hi, tl.trans(b_hi), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a_lo, tl.trans(b_lo), acc)
+            acc = tl.dot(a_hi, tl.trans(b_hi), acc)
+        sa = sa_next
+        sb = sb_next
+    if EPI_EXP:
+        acc = acc * 2.0**EPI_EXP  # exact: the CVT operands' 2^-6
+    cm = pid_m * BM + tl.arange(0, BM)[:, None]
+    cn = pid_n * BN + tl.arange(0, BN)[None, :]
+    tl.store(C + cm * N + cn, _scaled_cast(acc, A_TS, B_TS, C, RNE_BF16), mask=(cm < M) & (cn < N))
+
+
+# Kernel and decode variants, for benchmarks/kernels.py to time old against new in one run
+# (CONFIG_OVERRIDE["kernel"] / ["decode"] override these per call):
+# KERNEL "split" (above) or "v1" (_gemm_kernel: interleaved nibbles decoded to f32);
+# DECODE "lut" | "cvt" | "generic" (split_plan).
+KERNEL = "split"
+DECODE = "lut"
+
+# What a GPU run should time against each other (label, CONFIG_OVERRIDE entries; an
+# entry without "cfg" takes gemm_config's). benchmarks/gemm_sass.py has their offline
+# counts: LUT vs CVT turns on the rate of cvt.rn.f16x2.e4m3x2 (F2FP), which only a
+# GPU can tell; stages and 4 warps trade instructions against latency hiding.
+GEMM_VARIANTS = [
+    ("v1 128x128x32 w8 s3 (old)", dict(kernel="v1", cfg=(128, 128, 32, 8, 8, 3))),
+    ("split lut 128x128x64 w8 s3 (default)", dict(kernel="split", decode="lut")),
+    ("split cvt 128x128x64 w8 s3", dict(kernel="split", decode="cvt")),
+    ("split lut 128x128x64 w8 s2", dict(kernel="split", decode="lut", cfg=(128, 128, 64, 8, 8, 2))),
+    ("split lut 128x128x64 w8 s4", dict(kernel="split", decode="lut", cfg=(128, 128, 64, 8, 8, 4))),
+    ("split lut 128x128x64 w4 s3", dict(kernel="split", decode="lut", cfg=(128, 128, 64, 8, 4, 3))),
+    ("split cvt 128x128x128 w8 s3", dict(kernel="split", decode="cvt", cfg=(128, 128, 128, 8, 8, 3))),
+    ("split lut 128x256x64 w8 s3 (1 CTA/SM)", dict(kernel="split", decode="lut", cfg=(128, 256, 64, 8, 8, 3))),
+]
+
+
+def gemm_config(m: int, n: int, k: int, k_align: int, kernel: str | None = None, wide: bool = False):
+    """(BM, BN, BK, GROUP_M, warps, stages) of `kernel` (None: the one _gemm_triton runs);
+    wide: an operand has 8-bit codes.
+
+    split: the compile-time evidence (benchmarks/gemm_sass.py: sm_90a, Triton 3.6, no GPU;
+    per thread per K-step, MMA at 2048 FMA per SM per cycle) for NVFP4 x NVFP4 with the
+    LUT decode: 128x128x64, 8 warps, 3 stages, register cap 128 (split_maxnreg): 127
+    registers, no spills, wgmma, code bytes through cp.async, two CTAs per SM; 269 loop
+    instructions = 4.2 per decoded element (v1: 432 = 13.5), 538 issue cycles per 512 MMA
+    cycles per CTA, integer pipe ~690. BK 128 spills under the cap (18 STL/LDL; CVT does
+    not: 400 instructions, 3.1 per element); 128x256 and 256x128 need 216+ registers
+    (uncapped: one CTA per SM, dequantization and MMA no longer overlap; capped at 128:
+    ptxas fails or spills 276); 4 warps (231 registers, 2 CTAs) is 505 instructions per
+    512 MMA cycles. 8-bit codes take the generic decode, which spills at BK 64 (13-34
+    STL/LDL): BK 32. BK must be a multiple of both operands' blocks, divide K, and give
+    MMAs of depth BK/2 >= 16 on the GPU (else v1 runs).
+
+    v1: 128x128x32 with 8 warps (BK 16 where K is not a multiple of 32).
+    Interpreter: one small config."""
+    kernel = kernel or CONFIG_OVERRIDE.get("kernel") or KERNEL
     if interpreting():
         return 16, 16, 32 if k % 32 == 0 else 16, 1, 4, 1
+    if kernel == "split" and k % 64 == 0 and not wide:
+        return 128, 128, 64, 8, 8, 3
     bk = 32 if k % 32 == 0 else 16
     return 128, 128, bk, 8, 8, 3
+
+
+def split_maxnreg(bm: int, bn: int, warps: int) -> int | None:
+    """Register cap of the split kernel: 128 where the accumulator takes at most 64 per
+    thread (128x128 with 8 warps), so two CTAs share an SM (2 x 256 threads x 128 = 64K)
+    and one's dequantization runs under the other's wgmma. Uncapped, ptxas settles at 127
+    for NVFP4 / UFP4 but at 164 for MXFP4 (the bf16 decode; capped: 128, no spills, 1.05x
+    the instructions). Larger tiles are left uncapped (128 registers cannot hold them)."""
+    return 128 if bm * bn <= 64 * 32 * warps else None
 
 
 CONFIG_OVERRIDE: dict = {}
@@ -219,17 +587,26 @@ def gemm(a: Packed, b: Packed, out_dtype=torch.bfloat16, impl: str = "auto") -> 
 
 def _gemm_triton(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> torch.Tensor:
     blocks = [max(p.spec.block, 1) if not p.spec.tile_2d else 16 for p in (a, b)]
-    bm, bn, bk, group, warps, stages = CONFIG_OVERRIDE.get("cfg") or gemm_config(m, n, k, max(blocks))
+    kernel = CONFIG_OVERRIDE.get("kernel") or KERNEL
+    wide = max(a.spec.grid.bits, b.spec.grid.bits) == 8
+    bm, bn, bk, group, warps, stages = CONFIG_OVERRIDE.get("cfg") or gemm_config(m, n, k, max(blocks), kernel, wide)
     if k % bk or any(bk % blk for blk in blocks):
         raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}, itself a multiple of the blocks {blocks}")
+    if kernel == "split" and bk < 32 and not interpreting():
+        kernel = "v1"  # MMAs of depth BK/2 < 16: K is not a multiple of 32
     c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
     dummy = a.codes
     grid = (_cdiv(m, bm) * _cdiv(n, bn),)
-    _gemm_kernel[grid](
-        a.codes, a.scales if a.scales.numel() else dummy, a.tensor_scale.reshape(1).float(),
-        b.codes, b.scales if b.scales.numel() else dummy, b.tensor_scale.reshape(1).float(), c, m, n, k,
-        **_fmt_consts("A_", a), **_fmt_consts("B_", b), RNE_BF16=interpreting(), BM=bm, BN=bn, BK=bk,
-        GROUP_M=group, num_warps=warps, num_stages=stages)
+    args = (a.codes, a.scales if a.scales.numel() else dummy, a.tensor_scale.reshape(1).float(),
+            b.codes, b.scales if b.scales.numel() else dummy, b.tensor_scale.reshape(1).float(), c, m, n, k)
+    consts = dict(**_fmt_consts("A_", a), **_fmt_consts("B_", b), RNE_BF16=interpreting(), BM=bm, BN=bn, BK=bk,
+                  GROUP_M=group, num_warps=warps, num_stages=stages)
+    if kernel == "split":
+        if not interpreting():
+            consts["maxnreg"] = CONFIG_OVERRIDE.get("maxnreg", split_maxnreg(bm, bn, warps))
+        _split_kernel[grid](*args, **consts, **split_plan(a.spec, b.spec))
+    else:
+        _gemm_kernel[grid](*args, **consts)
     return c
 
 

@@ -101,12 +101,14 @@ pub struct Eff {
 
 /// Fitted costs of the measured runs' own execution (see `profile::Emulation`): one call of
 /// fourcast's Triton quantizer (emulation, host- and
-/// instruction-bound at small sizes): `call_s + elems * s_per_elem + rotated * rht_s_per_elem`.
+/// instruction-bound at small sizes): `call_s + elems * s_per_elem + rotated * rht_s_per_elem
+/// + stochastic * sr_s_per_elem` (SR draws one Philox4x32-10 per element and copy).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulCost {
     pub call_s: f64,
     pub s_per_elem: f64,
     pub rht_s_per_elem: f64,
+    pub sr_s_per_elem: f64,
     /// Fixed cost of one profiled eager torch GEMM region.
     pub eager_call_s: f64,
 }
@@ -224,6 +226,10 @@ impl Hw {
                 call_s: e.triton_quant_call_us.value * 1e-6,
                 s_per_elem: e.triton_quant_ns_per_elem.value * 1e-9,
                 rht_s_per_elem: e.triton_quant_rht_ns_per_elem.value * 1e-9,
+                sr_s_per_elem: e
+                    .triton_quant_sr_ns_per_elem
+                    .as_ref()
+                    .map_or(0.0, |n| n.value * 1e-9),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,
             }),
             natives: vec![],

@@ -195,8 +195,16 @@ fn emulated_quant_s(
                 .filter(|o| o.rht > 0)
                 .map(|o| numel * o.copies as f64)
                 .sum();
+            let stochastic: f64 = outs
+                .iter()
+                .filter(|o| o.sr)
+                .map(|o| numel * o.copies as f64)
+                .sum();
             Ok(Some(
-                e.call_s + elems * e.s_per_elem + rotated * e.rht_s_per_elem,
+                e.call_s
+                    + elems * e.s_per_elem
+                    + rotated * e.rht_s_per_elem
+                    + stochastic * e.sr_s_per_elem,
             ))
         }
         Some(other) => Err(Error::unknown(

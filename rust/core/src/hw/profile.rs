@@ -172,6 +172,9 @@ pub struct Emulation {
     pub triton_quant_call_us: Num,
     pub triton_quant_ns_per_elem: Num,
     pub triton_quant_rht_ns_per_elem: Num,
+    /// Per stochastically rounded element written (absent: 0, the session-2 fit had no SR term).
+    #[serde(default)]
+    pub triton_quant_sr_ns_per_elem: Option<Num>,
     /// Fixed cost of one profiled eager torch GEMM region (host dispatch exposed in the
     /// CUDA-event timing of a host-bound stream); ops opt in with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
@@ -363,7 +366,13 @@ impl Profile {
                     &em.triton_quant_rht_ns_per_elem,
                 ),
                 ("emulation.torch_eager_call_us", &em.torch_eager_call_us),
-            ] {
+            ]
+            .into_iter()
+            .chain(
+                em.triton_quant_sr_ns_per_elem
+                    .as_ref()
+                    .map(|n| ("emulation.triton_quant_sr_ns_per_elem", n)),
+            ) {
                 check_num(path, n)?;
                 if n.value < 0.0 {
                     return Err((path.into(), format!("must be >= 0, got {}", n.value)));

@@ -536,6 +536,23 @@ fn emulated_quantizer_is_monotone_and_never_below_vendor_price() {
 }
 
 #[test]
+fn emulated_quantizer_prices_each_stochastic_copy() {
+    // SR draws one Philox per element and copy: the fitted per-element SR term, no more.
+    let h = hw("h200");
+    let e = h.emulation.unwrap();
+    assert!(e.sr_s_per_elem > 0.0, "h200.toml fits an SR term");
+    let op = |sr: &str| {
+        format!(
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "sr": {sr}, "transposed_copy": true}}]}}"#
+        )
+    };
+    let rtne = op_time(&h, &parse_op(&op("false")).unwrap()).unwrap();
+    let sr = op_time(&h, &parse_op(&op("true")).unwrap()).unwrap();
+    let extra = sr.detail["emulation_s"] - rtne.detail["emulation_s"];
+    assert!((extra - 3e7 * e.sr_s_per_elem).abs() <= 1e-12, "{extra}");
+}
+
+#[test]
 fn emulated_quantizer_only_where_fp4_is_missing() {
     let op = parse_op(&triton_quant(1e6, 0, Some("fourcast-triton"))).unwrap();
     let err = op_time(&hw("b200"), &op).unwrap_err().to_string();
