@@ -492,7 +492,7 @@ def _split_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # KERNEL "split" (above) or "v1" (_gemm_kernel: interleaved nibbles decoded to f32);
 # DECODE "lut" | "cvt" | "generic" (split_plan).
 KERNEL = "split"
-DECODE = "lut"
+DECODE = "cvt"  # CVT where both operands allow it (then BK 128), LUT otherwise: gemm_config
 
 # What a GPU run should time against each other (label, CONFIG_OVERRIDE entries; an
 # entry without "cfg" takes gemm_config's). benchmarks/gemm_sass.py has their offline
@@ -500,19 +500,27 @@ DECODE = "lut"
 # GPU can tell; stages and 4 warps trade instructions against latency hiding.
 GEMM_VARIANTS = [
     ("v1 128x128x32 w8 s3 (old)", dict(kernel="v1", cfg=(128, 128, 32, 8, 8, 3))),
-    ("split lut 128x128x64 w8 s3 (default)", dict(kernel="split", decode="lut")),
-    ("split cvt 128x128x64 w8 s3", dict(kernel="split", decode="cvt")),
+    ("split lut 128x128x64 w8 s3", dict(kernel="split", decode="lut", cfg=(128, 128, 64, 8, 8, 3))),
+    ("split cvt 128x128x64 w8 s3", dict(kernel="split", decode="cvt", cfg=(128, 128, 64, 8, 8, 3))),
     ("split lut 128x128x64 w8 s2", dict(kernel="split", decode="lut", cfg=(128, 128, 64, 8, 8, 2))),
     ("split lut 128x128x64 w8 s4", dict(kernel="split", decode="lut", cfg=(128, 128, 64, 8, 8, 4))),
     ("split lut 128x128x64 w4 s3", dict(kernel="split", decode="lut", cfg=(128, 128, 64, 8, 4, 3))),
     ("split cvt 128x128x128 w8 s3", dict(kernel="split", decode="cvt", cfg=(128, 128, 128, 8, 8, 3))),
+    ("split default (cvt + BK 128 where both operands allow it)", dict(kernel="split")),
     ("split lut 128x256x64 w8 s3 (1 CTA/SM)", dict(kernel="split", decode="lut", cfg=(128, 256, 64, 8, 8, 3))),
 ]
 
 
-def gemm_config(m: int, n: int, k: int, k_align: int, kernel: str | None = None, wide: bool = False):
+def gemm_config(m: int, n: int, k: int, k_align: int, kernel: str | None = None, wide: bool = False,
+                cvt: bool = False):
     """(BM, BN, BK, GROUP_M, warps, stages) of `kernel` (None: the one _gemm_triton runs);
-    wide: an operand has 8-bit codes.
+    wide: an operand has 8-bit codes; cvt: both operands take the CVT decode.
+
+    Measured on the H200 (kernels-h200.md, session 3; % of cuBLAS BF16 at 8192^3 and
+    8192x28672x4096): v1 14-20%; split LUT 128x128x64 w8 s3 37-45% (s2, s4, 4 warps and
+    128x256 all slower); CVT at 128x128x64 the same as LUT, CVT at 128x128x128 45-51% for
+    NVFP4 (its 7 spill stores notwithstanding) but 32-36% for MXFP4, which has no CVT
+    decode (bf16 MMA) and spills there: so BK 128 only where both operands take CVT.
 
     split: the compile-time evidence (benchmarks/gemm_sass.py: sm_90a, Triton 3.6, no GPU;
     per thread per K-step, MMA at 2048 FMA per SM per cycle) for NVFP4 x NVFP4 with the
@@ -532,6 +540,8 @@ def gemm_config(m: int, n: int, k: int, k_align: int, kernel: str | None = None,
     kernel = kernel or CONFIG_OVERRIDE.get("kernel") or KERNEL
     if interpreting():
         return 16, 16, 32 if k % 32 == 0 else 16, 1, 4, 1
+    if kernel == "split" and cvt and k % 128 == 0 and not wide:
+        return 128, 128, 128, 8, 8, 3
     if kernel == "split" and k % 64 == 0 and not wide:
         return 128, 128, 64, 8, 8, 3
     bk = 32 if k % 32 == 0 else 16
@@ -589,7 +599,10 @@ def _gemm_triton(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> tor
     blocks = [max(p.spec.block, 1) if not p.spec.tile_2d else 16 for p in (a, b)]
     kernel = CONFIG_OVERRIDE.get("kernel") or KERNEL
     wide = max(a.spec.grid.bits, b.spec.grid.bits) == 8
-    bm, bn, bk, group, warps, stages = CONFIG_OVERRIDE.get("cfg") or gemm_config(m, n, k, max(blocks), kernel, wide)
+    plan = split_plan(a.spec, b.spec)
+    cvt = plan["A_DEC"] == 2 and plan["B_DEC"] == 2
+    bm, bn, bk, group, warps, stages = CONFIG_OVERRIDE.get("cfg") or gemm_config(m, n, k, max(blocks), kernel, wide,
+                                                                               cvt)
     if k % bk or any(bk % blk for blk in blocks):
         raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}, itself a multiple of the blocks {blocks}")
     if kernel == "split" and bk < 32 and not interpreting():
@@ -604,7 +617,7 @@ def _gemm_triton(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> tor
     if kernel == "split":
         if not interpreting():
             consts["maxnreg"] = CONFIG_OVERRIDE.get("maxnreg", split_maxnreg(bm, bn, warps))
-        _split_kernel[grid](*args, **consts, **split_plan(a.spec, b.spec))
+        _split_kernel[grid](*args, **consts, **plan)
     else:
         _gemm_kernel[grid](*args, **consts)
     return c
