@@ -1,5 +1,5 @@
-"""The transpose-free row+col quantizer (_rowcol_split_kernel, used by quantize_rowcol
-for 1-D block formats without a column RHT) under TRITON_INTERPRET=1: codes, scale
+"""The transpose-free row+col quantizer (_rowcol_split_kernel, quantize_rowcol's route
+for SR calls with a decoded copy, 1-D blocks and no RHT) under TRITON_INTERPRET=1: codes, scale
 bytes, tensor scales, amax and decoded values (scaled, and unscaled = value * block
 scale) bit for bit against the PyTorch reference, per-copy output selection, SR on
 either copy, a row RHT, supplied amaxes."""
@@ -29,9 +29,9 @@ def _bits(t):
 
 @pytest.fixture
 def force_split(monkeypatch):
-    """Route codes-only calls and row RHTs to the split kernel too (it supports them;
-    quantize_rowcol sends them to the faster transposing kernel)."""
-    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "split_force", True)
+    """Pin the split kernel (quantize.rowcol_route sends non-SR calls to the strip kernel
+    and codes-only or RHT calls elsewhere; the split kernel supports them all)."""
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "split")
 
 
 @pytest.mark.parametrize("name", SPLIT)

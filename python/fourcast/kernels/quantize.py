@@ -931,7 +931,7 @@ def rowcol_route(spec: Spec, rht_r, rht_c, decoded: bool, sr: bool = False) -> s
     if spec.per_tensor:
         return "transpose"
     forced = CONFIG_OVERRIDE.get("rowcol")
-    if forced == "split" or CONFIG_OVERRIDE.get("split_force"):
+    if forced == "split":
         return "split" if not spec.tile_2d and rht_c is None else "transpose"
     if forced in ("strip", "transpose"):
         return forced
@@ -947,8 +947,6 @@ def split_eligible(spec: Spec, rht_c, rht_r=None, decoded: bool = True) -> bool:
     codes (408 vs 486 us at 8192^2), and a row RHT in the split kernel's half tiles is
     far slower (Triton 3.6), while only the split kernel writes one copy decoded and the
     other packed in one pass."""
-    if CONFIG_OVERRIDE.get("no_split"):  # benchmarks: the transposing kernel as a baseline
-        return False
     return not spec.per_tensor and not spec.tile_2d and rht_c is None and rht_r is None and decoded
 
 
