@@ -306,9 +306,7 @@ def strip_sweep():
     best = min(total, key=total.get) if total else None
     RES["notes"].append(f"best strip tile (X + dY time) {best}")
     if best and total[best] < float("inf"):  # later sections (QLinear) run with the best tile
-        os.environ["FOURCAST_STRIP_TILE"] = ",".join(map(str, best))
-        with open(os.path.join(os.environ.get("OUT", "."), "strip_tile.txt"), "w") as fh:
-            fh.write(os.environ["FOURCAST_STRIP_TILE"])
+        qk.CONFIG_OVERRIDE["strip"] = best
 
 
 def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):

@@ -18,15 +18,6 @@ SPLIT = ["nvfp4", "mxfp4", "ue5m3", "ufp4", "ufp4-int4", "mxfp8", "nvfp4-torchao
          "int4-sm-mx"]
 
 
-def _unscaled(p, dtype):
-    unit = torch.ones_like(p.tensor_scale)
-    return ref.dequantize(ref.Packed(p.codes, p.scales, unit, p.amax, p.fmt, p.shape, p.axis, p.rht), dtype)
-
-
-def _bits(t):
-    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
-
-
 @pytest.fixture
 def force_split(monkeypatch):
     """Pin the split kernel (quantize.rowcol_route sends non-SR calls to the strip kernel
@@ -50,7 +41,7 @@ def test_split_kernel_serves_and_is_bit_exact(name, force_split):
                              write_xhat=(True, False), xhat_dtype=torch.bfloat16, unscaled=True)
         want_r = ref.quantize(x, f, seed=3, offset=11)
         want_c = ref.quantize(x, f, axis=0, rounding="sr", seed=3, offset=11 + x.numel())
-        assert torch.equal(_bits(o["xhat"][0]), _bits(_unscaled(want_r, torch.bfloat16)))
+        assert torch.equal(testing.bits(o["xhat"][0]), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
         assert torch.equal(o["codes"][1], want_c.codes) and torch.equal(o["scales"][1], want_c.scales)
         assert torch.equal(o["ts"], torch.stack([want_r.tensor_scale, want_c.tensor_scale]))
 
@@ -64,8 +55,8 @@ def test_split_with_row_rht_supplied_amax_and_scaled_xhat(force_split):
     assert testing.packed_diff(c, ref.quantize(x, f, axis=0, offset=x.numel())) == []
     o = qk.launch_rowcol(x, qk.parse_fmt(f), "rtne", "rtne", 0, 0, (32, s), None, None, None, write_codes=False,
                          write_xhat=True)
-    assert torch.equal(_bits(o["xhat"][0]), _bits(ref.dequantize(ref.quantize(x, f, rht=(32, s)), x.dtype)))
-    assert torch.equal(_bits(o["xhat"][1]), _bits(ref.dequantize(ref.quantize(x, f, axis=0, offset=x.numel()),
+    assert torch.equal(testing.bits(o["xhat"][0]), testing.bits(ref.dequantize(ref.quantize(x, f, rht=(32, s)), x.dtype)))
+    assert torch.equal(testing.bits(o["xhat"][1]), testing.bits(ref.dequantize(ref.quantize(x, f, axis=0, offset=x.numel()),
                                                                  x.dtype)))
 
 
@@ -82,7 +73,7 @@ def test_rowcol_operands_decoded_and_packed():
     f = F["nvfp4"]
     d, p = ops.rowcol_operands(x, f, rounding_col="sr", seed=1, outputs=("decoded", "packed"))
     want_r = ref.quantize(x, f, seed=1)
-    assert torch.equal(d.values, _unscaled(want_r, torch.bfloat16)) and torch.equal(d.tensor_scale, want_r.tensor_scale)
+    assert torch.equal(d.values, testing.dequantize_unscaled(want_r, torch.bfloat16)) and torch.equal(d.tensor_scale, want_r.tensor_scale)
     assert testing.packed_diff(p, ref.quantize(x, f, axis=0, rounding="sr", seed=1, offset=x.numel())) == []
     with pytest.raises(ValueError, match="'decoded' or 'packed'"):
         ops.rowcol_operands(x, f, outputs=("decoded", "bf16"))
@@ -96,5 +87,5 @@ def test_scale_epilogue_equals_torch():
     ts_a, ts_b = torch.tensor(3.7e-3), torch.tensor(812.25)
     for dtype in (torch.bfloat16, torch.float32):
         want = acc.clone().div_(ts_a).div_(ts_b).to(dtype)
-        assert torch.equal(_bits(gk.scale_epilogue(acc.clone(), ts_a, ts_b, dtype)), _bits(want))
+        assert torch.equal(testing.bits(gk.scale_epilogue(acc.clone(), ts_a, ts_b, dtype)), testing.bits(want))
     assert torch.equal(gk.scale_epilogue(acc.clone(), ts_a, None, torch.float32), acc / ts_a)

@@ -15,15 +15,6 @@ F = testing.FORMATS
 BLOCK_FORMATS = [n for n in F if not qk.parse_fmt(F[n]).per_tensor]
 
 
-def _bits(t):
-    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
-
-
-def _unscaled(p, dtype):
-    unit = torch.ones_like(p.tensor_scale)
-    return ref.dequantize(ref.Packed(p.codes, p.scales, unit, p.amax, p.fmt, p.shape, p.axis, p.rht), dtype)
-
-
 def test_block_formats_route_to_strip():
     assert qk.rowcol_route(qk.parse_fmt(F["nvfp4-2d"]), None, None, False) == "strip"
     assert qk.rowcol_route(qk.parse_fmt(F["mxfp8"]), None, None, True) == "strip"
@@ -52,7 +43,7 @@ def test_strip_is_bit_exact(name):
                          write_xhat=(True, False), xhat_dtype=torch.bfloat16, unscaled=True)
     want_r = ref.quantize(x, f, seed=3, offset=11)
     want_c = ref.quantize(x, f, axis=0, rounding="sr", seed=3, offset=11 + x.numel())
-    assert torch.equal(_bits(o["xhat"][0]), _bits(_unscaled(want_r, torch.bfloat16)))
+    assert torch.equal(testing.bits(o["xhat"][0]), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
     assert torch.equal(o["codes"][1], want_c.codes) and torch.equal(o["scales"][1], want_c.scales)
     assert torch.equal(o["ts"], torch.stack([want_r.tensor_scale, want_c.tensor_scale]))
     assert torch.equal(o["amax"], torch.stack([want_r.amax, want_c.amax]))
@@ -73,4 +64,4 @@ def test_strip_rht_either_axis(name, n, monkeypatch):
                          write_codes=False, write_xhat=True)
     want_r = ref.dequantize(ref.quantize(x, f, rht=(n, s_r)), x.dtype)
     want_c = ref.dequantize(ref.quantize(x, f, axis=0, rht=(n, s_c), offset=x.numel()), x.dtype)
-    assert torch.equal(_bits(o["xhat"][0]), _bits(want_r)) and torch.equal(_bits(o["xhat"][1]), _bits(want_c))
+    assert torch.equal(testing.bits(o["xhat"][0]), testing.bits(want_r)) and torch.equal(testing.bits(o["xhat"][1]), testing.bits(want_c))

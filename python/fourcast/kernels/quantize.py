@@ -973,9 +973,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     rn = 0 if rht_r is None else rht_r[0]
     rnc = 0 if rht_c is None else rht_c[0]
     if route == "strip":
-        env = os.environ.get("FOURCAST_STRIP_TILE")
-        tile = CONFIG_OVERRIDE.get("strip") or (tuple(int(v) for v in env.split(",")) if env else None)
-        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, tile, interpreting())
+        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, CONFIG_OVERRIDE.get("strip"), interpreting())
     elif split:
         br, bc, warps = split_config(rn)
     else:

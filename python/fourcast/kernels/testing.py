@@ -109,6 +109,19 @@ def same_float(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a, b) and torch.equal(torch.signbit(a), torch.signbit(b))
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw bits of a bf16/f16 or f32 tensor (for bit-for-bit torch.equal)."""
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def dequantize_unscaled(p: Packed, dtype) -> torch.Tensor:
+    """reference.dequantize without the tensor scale (value x block scale, exact in bf16):
+    what a decoded copy of the fused path holds."""
+    unit = torch.ones_like(p.tensor_scale)
+    return reference.dequantize(reference.Packed(p.codes, p.scales, unit, p.amax, p.fmt, p.shape, p.axis, p.rht),
+                                dtype)
+
+
 def packed_diff(a: Packed, b: Packed) -> list[str]:
     """Names of the fields that differ bit-wise (empty list: identical)."""
     bad = []
