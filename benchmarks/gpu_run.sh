@@ -3,6 +3,7 @@
 # -o .devwheel, carried), run the GPU test tier, then benchmarks/kernels.py within what
 # is left of the call's limit. Logs and JSON land in $OUT.
 #   run(command="bash benchmarks/gpu_run.sh", carry=[".devwheel"], timeout_s=360)
+# Env: LIMIT (s), TEST_S, TEST_K (a pytest -k filter for the GPU tier), BENCH_ARGS.
 # python3 there is /opt/torch/.venv/bin/python3 (torch, triton); plain `python` is not.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ XDIST=""
 $PY -c "import xdist" 2>/dev/null && XDIST="-n 8"  # compile kernels in parallel workers
 cd tests  # import fourcast from the installed wheel, not ../python
 timeout "${TEST_S:-130}" $PY -m pytest -c ../pyproject.toml --rootdir .. -q -m gpu -p no:cacheprovider $XDIST \
-  ../tests/gpu 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
+  ${TEST_K:+-k "$TEST_K"} ../tests/gpu 2>&1 | tee "$OUT/gpu-tests.log" | tail -25
 cd "$ROOT"
 BUDGET=$(( LIMIT - (SECONDS - START) - 15 ))
 echo "benchmark budget ${BUDGET}s"

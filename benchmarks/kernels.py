@@ -170,8 +170,7 @@ def qbytes(r, c, spec_block, copies=1, xhat=False):
 
 
 def _route(route, fn):
-    """fn() with quantize_rowcol pinned to one kernel: "strip", "split", "transpose", or
-    "old" (session 2's routing: split for decoded calls, transposing otherwise)."""
+    """fn() with quantize_rowcol pinned to one kernel: "strip" or "transpose"."""
     qk.CONFIG_OVERRIDE["rowcol"] = route
     try:
         return fn()
@@ -230,7 +229,7 @@ def qvariants(x):
             x, nv, nv, "sr", "sr", 0, 0, None, (16, s16), amax, amax)),
     )
     for name, copies, xhat, blk, fn in calls:
-        for route in ("strip", "old"):
+        for route in ("strip", "transpose"):
             yield f"{name} [{route}]", copies, xhat, blk, (lambda fn=fn, route=route: _route(route, fn))
     yield "fake-quant row nvfp4", 1, True, 16, lambda: fk.fake_quant(x, nv)
     yield "fake-quant row nvfp4 delayed", 1, True, 16, lambda: fk.fake_quant(x, nv, tensor_amax=amax)
@@ -272,41 +271,53 @@ def quant_timing():
         save()
 
 
-STRIP_TILES = ((16, 128, 1), (16, 64, 1), (32, 64, 1), (16, 256, 1), (16, 128, 2), (32, 128, 1))
+STRIP_TILES = ((16, 64, 1), (32, 64, 1))
+# SR calls: a Philox per element and copy lives in registers, so fewer elements per
+# thread (narrower tiles or more warps) may pay; timed beside the old SR kernels.
+STRIP_SR_TILES = ((16, 64, 1), (16, 32, 1), (16, 64, 2), (16, 64, 4), (32, 64, 2), (16, 128, 4), (32, 32, 1))
 
 
 @section("strip row+col tile sweep")
 def strip_sweep():
-    """strip.py tiles on the two calls a fused QLinear makes per activation tensor."""
+    """strip.py tiles on the calls a fused QLinear makes per activation (X) and gradient
+    (dY, SR) tensor; the SR calls also on the transposing kernel."""
     x = rand(BIG)
     amax = x.abs().amax().float()
-    ue = F["ue5m3"]
-    calls = (("X: decoded row + packed col", (1, 1), None, lambda: ops.rowcol_operands(
-                 x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))),
-             ("dY: decoded both, SR", 2, True, lambda: ops.rowcol_operands(
-                 x, ue, rounding="sr", seed=1, tensor_amax=amax, tensor_amax_col=amax,
-                 outputs=("decoded", "decoded"))))
-    total = {}
-    for cfg in STRIP_TILES if not SMOKE else ((16, 32, 1),):
-        qk.CONFIG_OVERRIDE["strip"] = cfg
-        for name, copies, xhat, fn in calls:
-            try:
-                fn()
-                t = ms(fn)
-            except Exception as exc:
-                RES["errors"].append(f"strip tile {cfg} {name}: {exc!r}")
-                total[cfg] = float("inf")
-                continue
-            frac = qbytes(*BIG, 16, copies, xhat) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
-            RES["quantizer"].append(dict(variant=f"strip {name}, tile {cfg}", shape="x".join(map(str, BIG)), ms=t,
-                                         frac_copy=frac))
-            log(f"strip tile {cfg} {name}: {t * 1e3:.1f} us {frac:.0%} of copy")
-            total[cfg] = total.get(cfg, 0.0) + t
+    ue, nv = F["ue5m3"], F["nvfp4"]
+    s16 = ref.rht_signs(16, "te").to(DEV)
+    x_call = ("X: decoded row + packed col", (1, 1), None, lambda: ops.rowcol_operands(
+        x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed")))
+    sr_calls = (("dY: decoded both, SR", 2, True, lambda: ops.rowcol_operands(
+                    x, ue, rounding="sr", seed=1, tensor_amax=amax, tensor_amax_col=amax,
+                    outputs=("decoded", "decoded"))),
+                ("dY nvfp4: decoded both, SR, col RHT16", 2, True, lambda: ops.rowcol_operands(
+                    x, nv, rounding="sr", seed=1, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax,
+                    outputs=("decoded", "decoded"))))
+
+    def timed(label, copies, xhat, fn):
+        try:
+            fn()
+            t = ms(fn)
+        except Exception as exc:
+            RES["errors"].append(f"{label}: {exc!r}")
+            return float("inf")
+        frac = qbytes(*BIG, 16, copies, xhat) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
+        RES["quantizer"].append(dict(variant=label, shape="x".join(map(str, BIG)), ms=t, frac_copy=frac))
+        log(f"{label}: {t * 1e3:.1f} us {frac:.0%} of copy")
+        return t
+
+    qk.CONFIG_OVERRIDE["rowcol"] = "transpose"
+    for name, copies, xhat, fn in sr_calls:
+        timed(f"transposing kernel {name}", copies, xhat, fn)
+    qk.CONFIG_OVERRIDE["rowcol"] = "strip"
+    for tiles, calls in ((STRIP_TILES, (x_call,)), (STRIP_SR_TILES, sr_calls)):
+        for cfg in tiles if not SMOKE else ((16, 32, 1),):
+            qk.CONFIG_OVERRIDE["strip"] = cfg
+            for name, copies, xhat, fn in calls:
+                timed(f"strip {name}, tile {cfg}", copies, xhat, fn)
+        save()
     qk.CONFIG_OVERRIDE.pop("strip", None)
-    best = min(total, key=total.get) if total else None
-    RES["notes"].append(f"best strip tile (X + dY time) {best}")
-    if best and total[best] < float("inf"):  # later sections (QLinear) run with the best tile
-        qk.CONFIG_OVERRIDE["strip"] = best
+    qk.CONFIG_OVERRIDE.pop("rowcol", None)
 
 
 def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):

@@ -7,12 +7,12 @@
 # Needs: .devwheel/ (the abi3 wheel) and .devdata/{train,val} carried. Writes to $OUT.
 # Usage on the device: bash benchmarks/train_h200.sh [STEPS] [MODEL]
 # Env: BATCH SEQ (tokens per step), RECIPES, GEMM_PATH (fused), SMOKE_PATHS ("" skips the
-# smoke), TRAIN_BUDGET_S, RUN_TIMEOUT, GPU_TESTS_FIRST, GPU_TEST_S, CAPTURE.
+# smoke), TRAIN_BUDGET_S, RUN_TIMEOUT, GPU_TESTS_FIRST, GPU_TEST_S (0 skips the tier), CAPTURE, RUNS.
 set -uo pipefail
 STEPS=${1:-400}
 MODEL=${2:-50m}
 OUT=${OUT:-/tmp/out}
-RUNS=/tmp/runs
+RUNS=${RUNS:-/tmp/runs}
 mkdir -p "$OUT" "$RUNS"
 export PYTHONUNBUFFERED=1 FOURCAST_CACHE=/tmp/fccache
 [ -n "${SKIP_INSTALL:-}" ] || python3 -m pip install -q --no-deps --force-reinstall .devwheel/fourcast-*.whl || exit 1
@@ -76,9 +76,9 @@ for r in nvfp4 ufp4; do
   [ -d "$RUNS/$r/tensors" ] && fourcast bias --run "$RUNS/$r" --grid e2m1,e1m2,int4 --rht 0,16 --json > "$RUNS/bias-real-$r.json" 2>> "$OUT/errors.txt"
 done
 log "pack"
-tar czf "$OUT/runs.tar.gz" --exclude='*.safetensors' --exclude='tensors' -C /tmp runs
+tar czf "$OUT/runs.tar.gz" --exclude='*.safetensors' --exclude='tensors' -C "$(dirname "$RUNS")" "$(basename "$RUNS")"
 ls -la "$OUT"
-if [ "${GPU_TESTS_FIRST:-0}" != 1 ]; then
+if [ "${GPU_TESTS_FIRST:-0}" != 1 ] && [ "${GPU_TEST_S:-90}" != 0 ]; then
   log "gpu test tier (whatever time is left)"
   timeout "${GPU_TEST_S:-90}" python3 -m pytest tests/gpu -q -x -p no:cacheprovider > "$OUT/gpu-tests.txt" 2>&1; tail -3 "$OUT/gpu-tests.txt"
 fi

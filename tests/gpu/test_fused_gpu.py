@@ -1,8 +1,8 @@
 """The fused QLinear path and the transpose-free row+col quantizer on a CUDA device:
 QLinear outputs and all three gradients of gemm_path="fused" equal the "dequant" path
 bit for bit for every preset (same codes, decoded in the quantizer instead of a
-dequantize pass), and the row+col kernels' outputs (strip, the default; split) equal
-the reference at real sizes, RHTs on the strip kernel included."""
+dequantize pass), and the row+col kernels' outputs (strip, the default for block formats;
+transposing) equal the reference at real sizes, RHTs and every SR tile included."""
 
 import pytest
 import torch
@@ -43,12 +43,10 @@ def test_fused_equals_dequant_on_cuda(name):
         assert torch.equal(a, b), f"{name}: {what} differs"
 
 
-ROWCOL_1D = ["nvfp4", "mxfp4", "ue5m3", "ufp4", "ufp4-int4", "mxfp8"]
+ROWCOL = ["nvfp4", "mxfp4", "ue5m3", "ufp4", "ufp4-int4", "mxfp8", "nvfp4-2d"]
 
 
-# The split kernel serves 1-D blocks only; the strip kernel 2-D tiles too.
-@pytest.mark.parametrize("name,route", [(n, r) for r in ("strip", "split") for n in ROWCOL_1D]
-                         + [("nvfp4-2d", "strip")])
+@pytest.mark.parametrize("name,route", [(n, "strip") for n in ROWCOL] + [("nvfp4", "transpose")])
 def test_rowcol_real_size(name, route, monkeypatch):
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", route)
     f = F[name]
@@ -72,4 +70,20 @@ def test_strip_rht_real_size(name, n, monkeypatch):
     r, c = qk.quantize_rowcol(x, f, f, "rtne", "sr", 2, 77, (n, s_r), (n, s_c))
     assert testing.packed_diff(r, ref.quantize(x, f, rht=(n, s_r), seed=2, offset=77)) == []
     want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=(n, s_c), seed=2, offset=77 + x.numel())
+    assert testing.packed_diff(c, want_c) == []
+
+
+# Tiles the SR sweep times (benchmarks/kernels.py STRIP_SR_TILES): more warps split a
+# column block's rows across warps, so the reductions cross warps; bit-exact all the same.
+@pytest.mark.parametrize("tile", [(16, 32, 1), (16, 64, 2), (16, 64, 4), (32, 64, 2), (16, 128, 4), (32, 64, 1)])
+@pytest.mark.parametrize("name,n", [("ue5m3", 0), ("nvfp4", 16)])
+def test_strip_tiles_sr(name, n, tile, monkeypatch):
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "strip", tile)
+    f = F[name]
+    rht_c = (n, ref.rht_signs(n, "te").to(DEV)) if n else None
+    x = testing.make_input("heavy", (1024, 768), torch.bfloat16, DEV, seed=4)
+    r, c = qk.quantize_rowcol(x, f, f, "sr", "sr", 6, 2**32 - 5, None, rht_c)
+    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr", seed=6, offset=2**32 - 5)) == []
+    want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=rht_c, seed=6, offset=2**32 - 5 + x.numel())
     assert testing.packed_diff(c, want_c) == []

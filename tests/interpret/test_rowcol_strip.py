@@ -15,14 +15,23 @@ F = testing.FORMATS
 BLOCK_FORMATS = [n for n in F if not qk.parse_fmt(F[n]).per_tensor]
 
 
-def test_block_formats_route_to_strip():
-    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4-2d"]), None, None, False) == "strip"
-    assert qk.rowcol_route(qk.parse_fmt(F["mxfp8"]), None, None, True) == "strip"
-    assert qk.rowcol_route(qk.parse_fmt(F["fp8"]), None, None, True) == "transpose"
-    rht = (16, ref.rht_signs(16, "te"))
-    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4"]), None, rht, False) == "strip"
-    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4"]), None, None, True, sr=True) == "split"
-    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4"]), None, rht, False, sr=True) == "transpose"
+def test_block_formats_route_to_strip(monkeypatch):
+    for name in ("nvfp4-2d", "mxfp8", "nvfp4"):
+        assert qk.rowcol_route(qk.parse_fmt(F[name])) == "strip"
+    assert qk.rowcol_route(qk.parse_fmt(F["fp8"])) == "transpose"
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "transpose")
+    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4"])) == "transpose"
+
+
+def test_strip_tiles(monkeypatch):
+    """SR calls take the narrower tile (register pressure of two Philox draws)."""
+    from fourcast.kernels import strip
+
+    assert strip.strip_config(16, 0, 0, False, None, False) == (16, 64, 1)
+    assert strip.strip_config(16, 0, 0, True, None, False) == (16, 32, 1)
+    assert strip.strip_config(16, 0, 16, True, None, False) == (16, 32, 1)
+    assert strip.strip_config(32, 64, 0, False, None, False) == (32, 64, 1)
+    assert strip.strip_config(16, 0, 0, False, (32, 64, 2), False) == (32, 64, 2)
 
 
 @pytest.mark.parametrize("name", BLOCK_FORMATS)
@@ -65,3 +74,24 @@ def test_strip_rht_either_axis(name, n, monkeypatch):
     want_r = ref.dequantize(ref.quantize(x, f, rht=(n, s_r)), x.dtype)
     want_c = ref.dequantize(ref.quantize(x, f, axis=0, rht=(n, s_c), offset=x.numel()), x.dtype)
     assert torch.equal(testing.bits(o["xhat"][0]), testing.bits(want_r)) and torch.equal(testing.bits(o["xhat"][1]), testing.bits(want_c))
+
+
+def test_strip_one_amax_supplied_the_other_measured():
+    f = F["ue5m3"]
+    s = ref.rht_signs(32, "per-step", 4)
+    x = testing.make_input("heavy", (32, 128), torch.bfloat16, seed=2)
+    r, c = qk.quantize_rowcol(x, f, f, "rtne", "rtne", 0, 0, (32, s), None, 0.5, None)
+    assert testing.packed_diff(r, ref.quantize(x, f, rht=(32, s), tensor_amax=0.5)) == []
+    assert testing.packed_diff(c, ref.quantize(x, f, axis=0, offset=x.numel())) == []
+
+
+@pytest.mark.parametrize("tile", [(32, 32, 1), (16, 32, 2)])
+def test_strip_other_tiles(tile, monkeypatch):
+    """Two column blocks per tile, and a block's rows split across warps."""
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "strip", tile)
+    f = F["nvfp4"]
+    x = testing.make_input("heavy", (64, 64), torch.bfloat16, seed=5, fmt=f)
+    r, c = qk.quantize_rowcol(x, f, f, "sr", "sr", 4, 9, None, (16, ref.rht_signs(16, "te")))
+    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr", seed=4, offset=9)) == []
+    want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=(16, ref.rht_signs(16, "te")), seed=4, offset=9 + x.numel())
+    assert testing.packed_diff(c, want_c) == []

@@ -208,20 +208,22 @@ def _gemm_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # f16 grid value has a zero low byte. Signs: (code >> 1) & 4 selects byte 0 (0x00) or
 # byte 4 (0x80) of {0, 0x80}, both immediates (ptxas then needs no register for them;
 # with one it rematerialises the constant before each use at 128 registers).
-_LUT_F16_ASM = """{{
-.reg .b32 m, m2, g, g1, g2, h01, h23, s01, s23, t0, t1, t2, t3;
-and.b32 m, $4, 0x77777777;
+_LUT_MASKS = """and.b32 m, $4, 0x77777777;
 shr.u32 g, $4, 1;
 and.b32 g1, g, 0x44444444;
 shr.u32 m2, m, 16;
 shr.u32 g2, g1, 16;
-prmt.b32 h01, {H0}, {H1}, m;
-prmt.b32 h23, {H0}, {H1}, m2;
-prmt.b32 s01, 0, 0x00000080, g1;
+"""  # both routines: magnitude selectors (code & 7; m2: the upper four nibbles), sign selectors
+_LUT_SIGNS = """prmt.b32 s01, 0, 0x00000080, g1;
 prmt.b32 s23, 0, 0x00000080, g2;
 or.b32 h01, h01, s01;
 or.b32 h23, h23, s23;
-prmt.b32 t0, h01, 0, 0x2404;
+"""
+_LUT_F16_ASM = ("""{{
+.reg .b32 m, m2, g, g1, g2, h01, h23, s01, s23, t0, t1, t2, t3;
+""" + _LUT_MASKS + """prmt.b32 h01, {H0}, {H1}, m;
+prmt.b32 h23, {H0}, {H1}, m2;
+""" + _LUT_SIGNS + """prmt.b32 t0, h01, 0, 0x2404;
 prmt.b32 t1, h23, 0, 0x2404;
 prmt.b32 t2, h01, 0, 0x3414;
 prmt.b32 t3, h23, 0, 0x3414;
@@ -229,26 +231,17 @@ mul.rn.f16x2 $0, t0, $5;
 mul.rn.f16x2 $1, t1, $6;
 mul.rn.f16x2 $2, t2, $5;
 mul.rn.f16x2 $3, t3, $6;
-}}"""
+}}""")
 
 # The same for bf16 values, whose low bytes are not all zero: a second table {L0, L1}
 # and a byte interleave (as Triton's own fp4 -> bf16 upcast does).
-_LUT_BF16_ASM = """{{
+_LUT_BF16_ASM = ("""{{
 .reg .b32 m, m2, g, g1, g2, l01, l23, h01, h23, s01, s23;
-and.b32 m, $4, 0x77777777;
-shr.u32 g, $4, 1;
-and.b32 g1, g, 0x44444444;
-shr.u32 m2, m, 16;
-shr.u32 g2, g1, 16;
-prmt.b32 l01, {L0}, {L1}, m;
+""" + _LUT_MASKS + """prmt.b32 l01, {L0}, {L1}, m;
 prmt.b32 l23, {L0}, {L1}, m2;
 prmt.b32 h01, {H0}, {H1}, m;
 prmt.b32 h23, {H0}, {H1}, m2;
-prmt.b32 s01, 0, 0x00000080, g1;
-prmt.b32 s23, 0, 0x00000080, g2;
-or.b32 h01, h01, s01;
-or.b32 h23, h23, s23;
-prmt.b32 s01, l01, h01, 0x6240;
+""" + _LUT_SIGNS + """prmt.b32 s01, l01, h01, 0x6240;
 prmt.b32 s23, l23, h23, 0x6240;
 prmt.b32 l01, l01, h01, 0x7351;
 prmt.b32 l23, l23, h23, 0x7351;
@@ -256,7 +249,7 @@ mul.rn.bf16x2 $0, s01, $5;
 mul.rn.bf16x2 $1, s23, $6;
 mul.rn.bf16x2 $2, l01, $5;
 mul.rn.bf16x2 $3, l23, $6;
-}}"""
+}}""")
 
 # E2M1 / E1M2 nibble -> the E4M3 byte of value * 2^-6 (sign to bit 7, the magnitude
 # shifted so its exponent bits land on E4M3's: subnormals line up too), four per

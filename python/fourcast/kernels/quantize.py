@@ -25,7 +25,6 @@ on Hopper; bits then depend on the MMA's summation: tests compare with the ROT o
 from __future__ import annotations
 
 import math
-import os
 import struct
 
 import torch
@@ -479,138 +478,6 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
 
 
 @triton.jit
-def _col_block_max(bits_e, bits_o, BH: tl.constexpr, BC: tl.constexpr, B: tl.constexpr):
-    """Per column block (B rows = B/2 even + B/2 odd rows of the tile): [2 BH / B, BC]."""
-    NB: tl.constexpr = 2 * BH // B
-    me = tl.max(tl.reshape(bits_e, (NB, B // 2, BC)), axis=1)
-    mo = tl.max(tl.reshape(bits_o, (NB, B // 2, BC)), axis=1)
-    return tl.maximum(me, mo)
-
-
-@triton.jit
-def _col_expand(v, BH: tl.constexpr, BC: tl.constexpr, B: tl.constexpr):
-    """Per column block values back to one half tile [BH, BC]."""
-    NB: tl.constexpr = 2 * BH // B
-    return tl.reshape(tl.broadcast_to(tl.reshape(v, (NB, 1, BC)), (NB, B // 2, BC)), (BH, BC))
-
-
-@triton.jit
-def _row_half(CODES, SCALES, XHAT, y, m, c, inb, R, C, pid_c, s_enc, pts, seed, offset, EMIN: tl.constexpr,
-              MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr, BITS: tl.constexpr, GMAX: tl.constexpr,
-              EMAX: tl.constexpr, SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, S_EMIN: tl.constexpr,
-              S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr, NANB: tl.constexpr,
-              MODE: tl.constexpr, UNSCALED: tl.constexpr, CODES_ON: tl.constexpr, XHAT_ON: tl.constexpr,
-              RNE_BF16: tl.constexpr, BH: tl.constexpr, BC: tl.constexpr):
-    """Row-wise copy of one half tile (rows m, blocks along C): quantize and store."""
-    bmax = _block_max(tl.abs(y).to(tl.int32, bitcast=True), BH, BC, B, False)
-    sb, mult, sv, bad = _block_scales(bmax, s_enc, pts, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
-                                      NANB)
-    if MODE == 2:
-        u = sr_uniform(seed, m, c, C, offset)
-    else:
-        u = y
-    codes, xhat = _quant_elems(y, _expand(mult, BH, BC, B, False), _expand(sv, BH, BC, B, False),
-                               _expand(bad.to(tl.int32), BH, BC, B, False) != 0, s_enc, u, EMIN, MBITS, FIXED, TWOS,
-                               BITS, GMAX, MODE, UNSCALED)
-    if CODES_ON:
-        _store_codes(CODES, codes, m, c, R, C, pid_c, BITS, BH, BC)
-        cb = pid_c * (BC // B) + tl.arange(0, BC // B)[None, :]
-        tl.store(SCALES + m * (C // B) + cb, sb.to(tl.uint8), mask=(m < R) & (cb < C // B))
-    if XHAT_ON:
-        tl.store(XHAT + m * C + c, _cast_out(xhat, XHAT, RNE_BF16), mask=inb)
-
-
-@triton.jit
-def _rowcol_split_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN, TS_OUT,
-                         SIGNS_R, R, C, seed, offset_r, offset_c, scale_r,
-                         EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
-                         BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
-                         SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr,
-                         S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
-                         NUM: tl.constexpr, NANB: tl.constexpr, MODE_R: tl.constexpr, MODE_C: tl.constexpr,
-                         PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, CODES_R_ON: tl.constexpr,
-                         XHAT_R_ON: tl.constexpr, CODES_C_ON: tl.constexpr, XHAT_C_ON: tl.constexpr,
-                         UNSCALED: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, NORM_R: tl.constexpr,
-                         RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
-    """_rowcol_kernel's contract (block formats, no RHT on the column copy) without the
-    in-register transpose: the tile is read as its even and its odd rows, so a column
-    block of B rows is B/2 rows of each half (a max over dim 0, in-thread), the packed
-    column codes pair an even row with the odd row below it, and both x_hat copies are
-    written in x's orientation. Only the column codes and scales are stored transposed
-    (a quarter of the bytes). CODES/XHAT_*_ON pick the outputs per copy; UNSCALED writes
-    x_hat without the tensor scale (exact in bf16)."""
-    BH: tl.constexpr = BR // 2
-    NB: tl.constexpr = BR // B
-    pid_r = tl.program_id(0)
-    pid_c = tl.program_id(1)
-    half = pid_r * BH + tl.arange(0, BH)[:, None]
-    re = 2 * half
-    ro = re + 1
-    c = pid_c * BC + tl.arange(0, BC)[None, :]
-    in_e = (re < R) & (c < C)
-    in_o = (ro < R) & (c < C)
-    xe = tl.load(X + re * C + c, mask=in_e, other=0.0).to(tl.float32)
-    xo = tl.load(X + ro * C + c, mask=in_o, other=0.0).to(tl.float32)
-    if RN_R > 0:
-        ye = _rotate(xe, c, SIGNS_R, SIGNS_R, scale_r, BH, BC, RN_R, LOG2N_R, 0, False, NORM_R)
-        yo = _rotate(xo, c, SIGNS_R, SIGNS_R, scale_r, BH, BC, RN_R, LOG2N_R, 0, False, NORM_R)
-    else:
-        ye = xe
-        yo = xo
-    if PASS == 0 or FUSE_AMAX:
-        ar = tl.maximum(tl.max(tl.abs(ye).to(tl.int32, bitcast=True), axis=1),
-                        tl.max(tl.abs(yo).to(tl.int32, bitcast=True), axis=1))
-        ac = tl.maximum(tl.max(tl.abs(xe).to(tl.int32, bitcast=True), axis=1),
-                        tl.max(tl.abs(xo).to(tl.int32, bitcast=True), axis=1))
-        tl.atomic_max(AMAX_BITS, tl.max(ar, axis=0))
-        tl.atomic_max(AMAX_BITS + 1, tl.max(ac, axis=0))
-    if PASS == 1:
-        s_r, p_r = _tensor_scales(tl.load(AMAX_IN).to(tl.float32), False, RULE, NUM)
-        s_c, p_c = _tensor_scales(tl.load(AMAX_IN + 1).to(tl.float32), False, RULE, NUM)
-        if CODES_R_ON or XHAT_R_ON:
-            _row_half(CODES_R, SCALES_R, XHAT_R, ye, re, c, in_e, R, C, pid_c, s_r, p_r, seed, offset_r, EMIN, MBITS,
-                      FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE_R,
-                      UNSCALED, CODES_R_ON, XHAT_R_ON, RNE_BF16, BH, BC)
-            _row_half(CODES_R, SCALES_R, XHAT_R, yo, ro, c, in_o, R, C, pid_c, s_r, p_r, seed, offset_r, EMIN, MBITS,
-                      FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE_R,
-                      UNSCALED, CODES_R_ON, XHAT_R_ON, RNE_BF16, BH, BC)
-        if CODES_C_ON or XHAT_C_ON:
-            bmax = _col_block_max(tl.abs(xe).to(tl.int32, bitcast=True), tl.abs(xo).to(tl.int32, bitcast=True),
-                                  BH, BC, B)
-            sb, mult_b, sv_b, bad_b = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
-                                                    S_GMAX, S_MIN, NANB)
-            mult = _col_expand(mult_b, BH, BC, B)
-            sval = _col_expand(sv_b, BH, BC, B)
-            bad = _col_expand(bad_b.to(tl.int32), BH, BC, B) != 0
-            if MODE_C == 2:  # the column layout (C, R): element (c, r)
-                ue = sr_uniform(seed, c, re, R, offset_c)
-                uo = sr_uniform(seed, c, ro, R, offset_c)
-            else:
-                ue = xe
-                uo = xo
-            ce, he = _quant_elems(xe, mult, sval, bad, s_c, ue, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE_C, UNSCALED)
-            co, ho = _quant_elems(xo, mult, sval, bad, s_c, uo, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE_C, UNSCALED)
-            if CODES_C_ON:  # transposed in registers first, so each store runs along R
-                ct = pid_c * BC + tl.arange(0, BC)[:, None]
-                if BITS == 4:
-                    ht = pid_r * BH + tl.arange(0, BH)[None, :]
-                    tl.store(CODES_C + ct * (R // 2) + ht, tl.trans((ce | (co << 4)).to(tl.uint8)),
-                             mask=(ct < C) & (ht < R // 2))
-                else:
-                    rt = pid_r * BR + tl.arange(0, BR)[None, :]
-                    pair = tl.permute(tl.join(ce.to(tl.uint8), co.to(tl.uint8)), (1, 0, 2))
-                    tl.store(CODES_C + ct * R + rt, tl.reshape(pair, (BC, BR)), mask=(ct < C) & (rt < R))
-                bt = pid_r * NB + tl.arange(0, NB)[None, :]
-                tl.store(SCALES_C + ct * (R // B) + bt, tl.trans(sb.to(tl.uint8)), mask=(ct < C) & (bt < R // B))
-            if XHAT_C_ON:
-                tl.store(XHAT_C + re * C + c, _cast_out(he, XHAT_C, RNE_BF16), mask=in_e)
-                tl.store(XHAT_C + ro * C + c, _cast_out(ho, XHAT_C, RNE_BF16), mask=in_o)
-        if (pid_r == 0) & (pid_c == 0):
-            tl.store(TS_OUT, s_r)
-            tl.store(TS_OUT + 1, s_c)
-
-
-@triton.jit
 def _dequantize_kernel(CODES, SCALES, TS, OUT, M, K, s_m, s_k,
                        EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
                        BITS: tl.constexpr, FP8: tl.constexpr, SCALE: tl.constexpr, B: tl.constexpr,
@@ -892,24 +759,6 @@ def _dequant_constexprs(spec: Spec) -> dict:
     return d
 
 
-def split_config(rn_r: int):
-    """_rowcol_split_kernel's tile: 64 rows (two 32-row halves) x 32 columns, 4 warps:
-    with 32 columns a warp spans 8 rows of a half, so a column block's max and broadcast
-    stay inside one warp (shuffles, no shared memory; benchmarks/sass_count.py). Fastest
-    of six tiles on the H200 with (32, 32, 2), within 1% (kernels-h200.md).
-    FOURCAST_SPLIT_TILE="BR,BC,WARPS" overrides it (benchmarks sweep it). Interpreter: 32x32."""
-    if "split" in CONFIG_OVERRIDE:
-        br, bc, w = CONFIG_OVERRIDE["split"]
-        return br, max(bc, rn_r), w
-    if interpreting():
-        return 32, max(32, rn_r), 8
-    env = os.environ.get("FOURCAST_SPLIT_TILE")
-    if env:
-        br, bc, w = (int(v) for v in env.split(","))
-        return br, max(bc, rn_r), w
-    return 64, max(32, rn_r), 4
-
-
 def rowcol_config(rn_r: int, rn_c: int):
     """Square tiles so that one read feeds both copies; 64x64 (4K elements, 8 warps)
     unless an RHT of 128 needs more. Interpreter: 32x32."""
@@ -919,35 +768,17 @@ def rowcol_config(rn_r: int, rn_c: int):
     return t, t, 8
 
 
-def rowcol_route(spec: Spec, rht_r, rht_c, decoded: bool, sr: bool = False) -> str:
-    """Which kernel serves a row+col call. "strip" (strip.py) for every block format
-    when neither copy uses SR. Measured on the H200 at 8192^2 (kernels-h200.md, session
-    3): both copies as codes 221 us vs 340 (transposing kernel), the fused X call 193 vs
-    345 (split kernel), with a column RHT16 320 vs 392; but with SR the strip kernel's
-    per-element Philox needs more registers than its one-warp tiles leave (dY call 737
-    vs 596 us), so SR calls keep session 2's routing (split for decoded copies,
-    transposing otherwise). CONFIG_OVERRIDE["rowcol"] = "strip" | "split" | "transpose"
-    | "old" pins one (benchmarks time all; tests pin each). Per-tensor: "transpose"."""
-    if spec.per_tensor:
+def rowcol_route(spec: Spec) -> str:
+    """Which kernel serves a row+col call: "strip" (strip.py) for every block format,
+    "transpose" (_rowcol_kernel) for per-tensor formats. Measured on the H200 at 8192^2
+    (kernels-h200.md): without SR, both copies as codes 221 us vs 340 (transposing), the
+    fused X call 193 vs 345 (session 3's split kernel), with a column RHT16 320 vs 392;
+    with SR (strip_config's narrower SR tile, session 4) the dY call 606 vs 596 (split,
+    since retired) and with a column RHT16 725 vs 717 (transposing).
+    CONFIG_OVERRIDE["rowcol"] = "transpose" pins the transposing kernel (benchmarks)."""
+    if spec.per_tensor or CONFIG_OVERRIDE.get("rowcol") == "transpose":
         return "transpose"
-    forced = CONFIG_OVERRIDE.get("rowcol")
-    if forced == "split":
-        return "split" if not spec.tile_2d and rht_c is None else "transpose"
-    if forced in ("strip", "transpose"):
-        return forced
-    if forced != "old" and not sr:
-        return "strip"
-    return "split" if split_eligible(spec, rht_c, rht_r, decoded) else "transpose"
-
-
-def split_eligible(spec: Spec, rht_c, rht_r=None, decoded: bool = True) -> bool:
-    """Whether _rowcol_split_kernel serves this rowcol call: block formats with 1-D
-    blocks, no RHT, and a decoded (x_hat) copy asked for. Measured on the H200
-    (kernels-h200.md): the transposing _rowcol_kernel is faster when both copies are
-    codes (408 vs 486 us at 8192^2), and a row RHT in the split kernel's half tiles is
-    far slower (Triton 3.6), while only the split kernel writes one copy decoded and the
-    other packed in one pass."""
-    return not spec.per_tensor and not spec.tile_2d and rht_c is None and rht_r is None and decoded
+    return "strip"
 
 
 def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, offset: int, rht_r, rht_c,
@@ -965,17 +796,15 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     xhat_on = (write_xhat, write_xhat) if isinstance(write_xhat, bool) else tuple(write_xhat)
     from fourcast.kernels import strip  # strip.py builds on this module's jit helpers
 
-    route = rowcol_route(spec, rht_r, rht_c, any(xhat_on), "sr" in (rounding_r, rounding_c))
-    split = route == "split"
+    route = rowcol_route(spec)
     if route == "transpose":  # _rowcol_kernel writes an output kind for both copies or neither
         codes_on = (any(codes_on),) * 2
         xhat_on = (any(xhat_on),) * 2
     rn = 0 if rht_r is None else rht_r[0]
     rnc = 0 if rht_c is None else rht_c[0]
     if route == "strip":
-        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, CONFIG_OVERRIDE.get("strip"), interpreting())
-    elif split:
-        br, bc, warps = split_config(rn)
+        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, "sr" in (rounding_r, rounding_c),
+                                           CONFIG_OVERRIDE.get("strip"), interpreting())
     else:
         br, bc, warps = rowcol_config(rn, rnc)
     sr_, _, scale_r, rn_r, l_r = _rht_args(rht_r, bc, dev, 0)
@@ -1017,13 +846,6 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
         common.update(RN_C=rn_c, LOG2N_C=l_c, NORM_C=rht_norm(rn_c))
         args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
                 int(seed), int(offset), int(offset) + R * C)
-        flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
-        off = dict(CODES_R_ON=False, XHAT_R_ON=False, CODES_C_ON=False, XHAT_C_ON=False)
-    elif split:
-        del common["TILE2D"]
-        kernel = _rowcol_split_kernel
-        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, R, C,
-                int(seed), int(offset), int(offset) + R * C, scale_r)
         flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
         off = dict(CODES_R_ON=False, XHAT_R_ON=False, CODES_C_ON=False, XHAT_C_ON=False)
     else:

@@ -9,8 +9,9 @@ columns) spans 2 or 4 lanes: no shared memory but the byte-sized column codes' s
 Rows 2i and 2i + 1 of a column share a byte of the transposed copy (a sum of shifted
 codes over an in-thread axis). Decoded (x_hat) copies of both are written in x's
 orientation, like the load; only the column copy's codes and scale bytes are stored
-transposed (the Wgrad layout). Against the transposing and split kernels: no transpose
-of the data and 36-59 SASS instructions per element for both copies, not 64-114.
+transposed (the Wgrad layout). Against the transposing kernel (and the split kernel of
+session 3): no transpose of the data and 36-59 SASS instructions per element for both
+copies without SR, not 64-114.
 
 The arithmetic is quantize.py's (_block_scales, _quant_elems, _round_elem), so codes,
 scale bytes, tensor scales and x_hat equal reference.quantize / dequantize bit for bit,
@@ -178,16 +179,19 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
             tl.store(TS_OUT + 1, s_c)
 
 
-def strip_config(spec_block: int, rn_r: int, rn_c: int, override, interpreting: bool):
-    """(BR, BC, warps). BR: one column block, or the column RHT if taller; one warp of
-    64 columns: Triton's load layout then gives each thread 4 rows x 8 columns (four
-    lanes per column block, two per 16-column row block), 128 registers, no spills
-    (ptxas, sm_90a). Fastest of six tiles on the H200 for the fused X + dY calls
-    (kernels-h200.md, session 3; [32, 64] was 5% faster on X alone, and [16, 256] or
-    [32, 128] spill badly with SR). override: a (BR, BC, warps) from the benchmarks."""
+def strip_config(spec_block: int, rn_r: int, rn_c: int, sr: bool, override, interpreting: bool):
+    """(BR, BC, warps). BR: one column block, or the column RHT if taller; one warp.
+    Without SR 64 columns: Triton's load layout then gives each thread 4 rows x 8 columns
+    (four lanes per column block, two per 16-column row block), 126 registers (ptxas,
+    sm_90a); fastest of six tiles on the H200 (kernels-h200.md, session 3; [32, 64] is
+    5-7% faster on the X call alone but needs 190 registers with a column RHT). With SR
+    32 columns: two Philox draws per element at 64 columns need 167-242 registers, which
+    starves occupancy (dY call 738 us at 8192^2); at 32 columns 78 and 606 us, the old
+    split kernel's 596 (session 4 sweep: [16, 64] on 2 or 4 warps is as fast without an
+    RHT but 2-4x slower with one). override: a (BR, BC, warps) from the benchmarks."""
     br = max(spec_block, rn_c, 16)
     if override is not None:
         return max(br, override[0]), max(override[1], rn_r), override[2]
-    if interpreting:
+    if interpreting or sr:
         return br, max(32, rn_r), 1
     return br, max(64, rn_r), 1
