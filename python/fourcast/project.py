@@ -15,7 +15,7 @@ Every measured op is re-costed on the target by `fourcast.hw.op_times`:
   ratio of HBM bandwidths (it is elementwise work), and reported as such.
 
 The H200 itself is costed the same way, except that its ops are tagged with how the run
-actually executed (`as_measured`: fourcast's Triton quantizers, eager torch GEMM regions),
+actually executed (`as_measured`: fourcast's Triton quantizers, eager torch GEMM calls),
 priced by the H200 file's fitted `[emulation]` costs, so the report shows the model's
 error per op class against the measurement. Correction (``correct=True``, the default) multiplies a
 target's class time by the H200 measured/predicted ratio for the classes whose H200
@@ -192,15 +192,14 @@ def cost(hw: Any, ops: list[tuple[str, dict, float]], native: Iterable[str] = ()
 def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
     """`model_ops` tagged with how the H200 run actually executed, for the base prediction
     only (targets keep vendor-grade pricing): quantize passes are fourcast's Triton
-    emulation quantizers (``"impl": "fourcast-triton"``), and each profiled GEMM region
-    (one eager torch call; a "dgrad+wgrad" region holds two GEMMs) pays the eager
-    per-region cost once (``"impl": "torch-eager"``). A GEMM of an emulation path (fused,
+    emulation quantizers (``"impl": "fourcast-triton"``), and every GEMM is an eager torch
+    call (``"impl": "torch-eager"``: a per-call dispatch cost, and the kernel at the clock a
+    training step's GEMMs run at; a "dgrad+wgrad" region holds two). A GEMM of an emulation path (fused,
     dequant, fake) ran as a BF16 cuBLAS GEMM on decoded operands whatever its formats, with
     an FP32 product and a scale/cast pass after it, so it is priced as that. The costs are the H200 file's ``[emulation]`` table, fitted by
     benchmarks/calibration/fit_emulation.py."""
     out: list[tuple[str, dict, float]] = []
     for op in prof["ops"]:
-        first = True
         for cls, o, calls in model_ops({**prof, "ops": [op]}):
             if cls == "quantize":
                 o = {**o, "impl": "fourcast-triton"}
@@ -208,9 +207,7 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
                 emulated = op.get("path", "torch") in ("fused", "dequant", "fake")
                 if emulated:
                     o = {**o, "a": "bf16", "b": "bf16"}
-                if first:
-                    o = {**o, "impl": "torch-eager"}
-                    first = False
+                o = {**o, "impl": "torch-eager"}
                 out.append((cls, o, calls))
                 if emulated:  # FP32 product, then the tensor-scale epilogue: ~8 B more per output
                     mn = float(o["m"]) * float(o["n"])

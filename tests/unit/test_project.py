@@ -125,26 +125,27 @@ def test_other_from_a_bf16_run(tmp_path, run_dir):
 # class's H200 term (benchmarks/calibration/fit_emulation.py). Run 4 (the unfused model:
 # other GEMM shapes, the same attention shape) checks the GEMM and attention terms held
 # out; its quantize ops ran session 2's kernels, so they are not a check of today's terms.
+# Session 4 (eager GEMMs at the boost clock, split-K up to 8, strip-kernel RHT term).
 RUN2 = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run2"
 RUN4 = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run4"
 RUN5 = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run5"
 RUN6 = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run6"
 BOUNDS = {
     RUN5: {  # fit: bf16 gemm, every attention, ue5m3/nvfp4/mxfp4 quantize; the rest held out
-        ("bf16", "gemm"): 0.07, ("ue5m3", "gemm"): 0.04, ("nvfp4", "gemm"): 0.06, ("mxfp4", "gemm"): 0.13,
-        ("ufp4", "gemm"): 0.05,
-        ("ue5m3", "quantize"): 0.08, ("nvfp4", "quantize"): 0.08, ("mxfp4", "quantize"): 0.03,
-        ("ufp4", "quantize"): 0.10,
+        ("bf16", "gemm"): 0.01, ("ue5m3", "gemm"): 0.01, ("nvfp4", "gemm"): 0.01, ("mxfp4", "gemm"): 0.08,
+        ("ufp4", "gemm"): 0.01,
+        ("ue5m3", "quantize"): 0.02, ("nvfp4", "quantize"): 0.01, ("mxfp4", "quantize"): 0.01,
+        ("ufp4", "quantize"): 0.05,
         **{(r, "attention"): 0.01 for r in ("bf16", "ue5m3", "nvfp4", "mxfp4", "ufp4")},
     },
-    RUN6: {  # all held out: 350M model, another attention shape
-        ("bf16", "gemm"): 0.13, ("ue5m3", "gemm"): 0.18, ("nvfp4", "gemm"): 0.19,
-        ("ue5m3", "quantize"): 0.08, ("nvfp4", "quantize"): 0.21,
+    RUN6: {  # all held out: 350M model, another attention shape (ue5m3 quantize misses 15%)
+        ("bf16", "gemm"): 0.07, ("ue5m3", "gemm"): 0.12, ("nvfp4", "gemm"): 0.13,
+        ("ue5m3", "quantize"): 0.16, ("nvfp4", "quantize"): 0.13,
         **{(r, "attention"): 0.04 for r in ("bf16", "ue5m3", "nvfp4")},
     },
     RUN4: {  # all held out
-        ("bf16", "gemm"): 0.04, ("ue5m3", "gemm"): 0.04, ("nvfp4", "gemm"): 0.07, ("mxfp4", "gemm"): 0.11,
-        ("ufp4", "gemm"): 0.10,
+        ("bf16", "gemm"): 0.11, ("ue5m3", "gemm"): 0.02, ("nvfp4", "gemm"): 0.02, ("mxfp4", "gemm"): 0.05,
+        ("ufp4", "gemm"): 0.04,
         **{(r, "attention"): b for r, b in
            (("bf16", 0.01), ("ue5m3", 0.01), ("nvfp4", 0.01), ("mxfp4", 0.03), ("ufp4", 0.01))},
     },
@@ -165,9 +166,9 @@ def test_emulation_costs_only_price_the_h200_base():
     prof = project.load_profile(RUN2 / "nvfp4")
     base = project.as_measured(prof)
     assert any(o.get("impl") == "fourcast-triton" for c, o, _ in base if c == "quantize")
-    # One eager cost per profiled GEMM region: a dgrad+wgrad region's second GEMM is untagged.
-    regions = sum(1 for op in prof["ops"] if op["kind"] == "gemm")
-    assert sum(1 for c, o, _ in base if c == "gemm" and o.get("impl") == "torch-eager") == regions
+    # Every GEMM is an eager call (a dgrad+wgrad region holds two): each is tagged.
+    calls = sum(2 if op["role"] == "dgrad+wgrad" else 1 for op in prof["ops"] if op["kind"] == "gemm")
+    assert sum(1 for c, o, _ in base if c == "gemm" and o.get("impl") == "torch-eager") == calls
     # Targets are costed from the untagged ops and reject the tags outright.
     assert all("impl" not in o for _, o, _ in project.model_ops(prof))
     with pytest.raises(HardwareError, match="FP4 MMAs"):

@@ -3,8 +3,12 @@
 //! Per output tile (tm x tn, per SM) and per unit of K, the main loop takes
 //! max(MMA cycles at the kind's sustained rate, operand bytes over the SM's share of the
 //! operand-feed bandwidth). A tile adds fixed cycles (pipeline fill, exposed epilogue);
-//! tiles run in waves over the SMs (wave quantization); split-K is tried when it fills
-//! the machine better. The result is never below the compute or HBM roofline.
+//! tiles run in waves over the SMs (wave quantization); split-K (any factor up to
+//! `MAX_SPLIT`) is tried when the tiles alone leave SMs idle. Cycles are counted at the
+//! per-clock rates of the nominal clock (`Hw::clock_hz`, the one the rates and fitted
+//! efficiencies refer to) and run at `Hw::gemm_clock_hz` (higher when the workload leaves
+//! power headroom, see `machine::EmulCost::eager_clock_hz`). The result is never below
+//! the compute or HBM roofline at that clock.
 
 use super::machine::{Hw, Kind};
 
@@ -67,7 +71,10 @@ pub struct KernelTime {
     pub split: u32,
 }
 
-const SPLITS: [f64; 3] = [1.0, 2.0, 4.0];
+/// Largest split-K factor tried: enough to fill the SMs from a handful of tiles (a
+/// long-K weight-gradient GEMM, e.g. 768x768x32768 = 18 tiles of 128x256 -> split 7).
+/// A cap, not a fit: the FP32 partial-sum traffic priced below decides within it.
+const MAX_SPLIT: u32 = 8;
 
 /// Bytes of A, B and C as they cross HBM once.
 pub fn hbm_bytes(s: &Shape, a_bytes: f64, b_bytes: f64, out_bytes: f64) -> f64 {
@@ -84,7 +91,7 @@ pub fn lower_bound(
     out_bytes: f64,
 ) -> f64 {
     let eff = hw.eff.mma[kind.class as usize];
-    let t_mma = s.flops() / (kind.flops * eff);
+    let t_mma = s.flops() / (kind.flops * eff) * hw.clock_hz / hw.gemm_clock_hz;
     let t_hbm = hbm_bytes(s, a_bytes, b_bytes, out_bytes) / (hw.hbm_bps * hw.eff.mem);
     t_mma.max(t_hbm) + hw.eff.launch_s
 }
@@ -115,14 +122,14 @@ pub fn kernel_time(
         let mma = 2.0 * tm * tn / flops_clk;
         let feed = (tm * a_bytes + tn * b_bytes / hw.multicast) / feed_clk;
         let per_k = mma.max(feed);
-        for split in SPLITS {
+        for split in (1..=MAX_SPLIT).map(f64::from) {
             if split > 1.0 && (tiles >= hw.sms || s.k / split < 256.0) {
                 break;
             }
             let waves = (tiles * split / hw.sms).ceil();
             let k_each = (s.k / split).ceil();
             let cycles = waves * (k_each * per_k + hw.eff.tile_cycles);
-            let mut t = cycles / hw.clock_hz;
+            let mut t = cycles / hw.gemm_clock_hz;
             if split > 1.0 {
                 // FP32 partial sums written and read back once.
                 t += s.groups * s.m * s.n * 4.0 * split * 2.0 / bw;

@@ -101,16 +101,25 @@ pub struct Eff {
 
 /// Fitted costs of the measured runs' own execution (see `profile::Emulation`): one call of
 /// fourcast's Triton quantizer (emulation, host- and
-/// instruction-bound at small sizes): `call_s + elems * s_per_elem + rotated * rht_s_per_elem
-/// + stochastic * sr_s_per_elem` (SR draws one Philox4x32-10 per element and copy).
+/// instruction-bound at small sizes): `call_s + elems * s_per_elem + rotated * (rht or
+/// strip_rht)_s_per_elem + stochastic * sr_s_per_elem` (SR draws one Philox4x32-10 per
+/// element and copy). A call without SR runs the strip kernel, which rotates in registers
+/// per column strip (`strip_rht_s_per_elem`); calls with SR (`rht_s_per_elem`) ran the
+/// split / transposing kernels in the fitted runs, and since session 4 run the strip
+/// kernel's narrower SR tile, measured within 2% of them (kernels-h200.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulCost {
     pub call_s: f64,
     pub s_per_elem: f64,
     pub rht_s_per_elem: f64,
+    pub strip_rht_s_per_elem: f64,
     pub sr_s_per_elem: f64,
-    /// Fixed cost of one profiled eager torch GEMM region.
+    /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
+    /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
+    /// headroom (GEMMs are a fraction of it), so its GEMMs run above the sustained clock
+    /// the isolated back-to-back calibration GEMMs measure.
+    pub eager_clock_hz: f64,
 }
 
 /// Hardware features switched on by what-if natives that are not MMA kinds.
@@ -131,7 +140,10 @@ pub struct Hw {
     pub display: String,
     pub vendor: String,
     pub sms: f64,
+    /// The clock the tensor rates and fitted efficiencies refer to.
     pub clock_hz: f64,
+    /// The clock GEMM kernels run at (`clock_hz`, except for profiled eager GEMMs).
+    pub gemm_clock_hz: f64,
     /// Vector instructions per second (FP32 FMA counts once).
     pub vector_ops: f64,
     /// Exponentials per second.
@@ -192,6 +204,7 @@ impl Hw {
             vendor: p.vendor.clone(),
             sms: p.chip.sms.value,
             clock_hz: p.chip.clock_ghz.value * 1e9,
+            gemm_clock_hz: p.chip.clock_ghz.value * 1e9,
             vector_ops: p.chip.vector_tflops.value * 1e12 / 2.0,
             sfu: p.chip.sfu_texp_s.value * 1e12,
             hbm_bps: p.memory.hbm_tbs.value * 1e12,
@@ -226,11 +239,23 @@ impl Hw {
                 call_s: e.triton_quant_call_us.value * 1e-6,
                 s_per_elem: e.triton_quant_ns_per_elem.value * 1e-9,
                 rht_s_per_elem: e.triton_quant_rht_ns_per_elem.value * 1e-9,
+                strip_rht_s_per_elem: e
+                    .triton_quant_strip_rht_ns_per_elem
+                    .as_ref()
+                    .unwrap_or(&e.triton_quant_rht_ns_per_elem)
+                    .value
+                    * 1e-9,
                 sr_s_per_elem: e
                     .triton_quant_sr_ns_per_elem
                     .as_ref()
                     .map_or(0.0, |n| n.value * 1e-9),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,
+                eager_clock_hz: e
+                    .torch_eager_gemm_clock_ghz
+                    .as_ref()
+                    .unwrap_or(&p.chip.clock_ghz)
+                    .value
+                    * 1e9,
             }),
             natives: vec![],
             notes: vec![],

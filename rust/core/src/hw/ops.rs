@@ -106,7 +106,8 @@ pub enum Op {
         #[serde(default = "two")]
         out_bytes: f64,
         /// Absent = the kernel alone; "torch-eager" = as timed in a profiled eager run on a
-        /// GPU with fitted `[emulation]` costs (adds the per-region dispatch cost).
+        /// GPU with fitted `[emulation]` costs (the kernel at the run's GEMM clock, plus the
+        /// per-call dispatch cost).
         #[serde(default, rename = "impl")]
         implementation: Option<String>,
     },
@@ -200,11 +201,15 @@ fn emulated_quant_s(
                 .filter(|o| o.sr)
                 .map(|o| numel * o.copies as f64)
                 .sum();
+            // The kernel that runs (kernels/quantize.py rowcol_route): the strip kernel
+            // unless a copy uses SR; each prices its rotation differently.
+            let rht_s = if stochastic > 0.0 {
+                e.rht_s_per_elem
+            } else {
+                e.strip_rht_s_per_elem
+            };
             Ok(Some(
-                e.call_s
-                    + elems * e.s_per_elem
-                    + rotated * e.rht_s_per_elem
-                    + stochastic * e.sr_s_per_elem,
+                e.call_s + elems * e.s_per_elem + rotated * rht_s + stochastic * e.sr_s_per_elem,
             ))
         }
         Some(other) => Err(Error::unknown(
@@ -341,12 +346,16 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 k: *k as f64,
                 groups: *groups as f64,
             };
-            let g = gemm(hw, &s, &oa, &ob, *out_bytes)?;
-            detail.insert("gemm_s", g.gemm_s);
-            detail.insert("conversion_s", g.conversion_s);
-            let eager = match implementation.as_deref() {
-                None | Some("vendor") => 0.0,
-                Some("torch-eager") => emulation(hw)?.eager_call_s,
+            let (g, eager) = match implementation.as_deref() {
+                None | Some("vendor") => (gemm(hw, &s, &oa, &ob, *out_bytes)?, 0.0),
+                Some("torch-eager") => {
+                    let e = emulation(hw)?;
+                    let at_clock = Hw {
+                        gemm_clock_hz: e.eager_clock_hz,
+                        ..hw.clone()
+                    };
+                    (gemm(&at_clock, &s, &oa, &ob, *out_bytes)?, e.eager_call_s)
+                }
                 Some(other) => {
                     return Err(Error::unknown(
                         Domain::Config,
@@ -356,6 +365,8 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                     ))
                 }
             };
+            detail.insert("gemm_s", g.gemm_s);
+            detail.insert("conversion_s", g.conversion_s);
             if eager > 0.0 {
                 detail.insert("eager_s", eager);
             }

@@ -165,19 +165,26 @@ pub struct Profile {
 
 /// Fitted costs of how the measured H200 runs executed (not of vendor-grade kernels):
 /// fourcast's Triton quantizers per call, per element written (each output copy) and per
-/// rotated element; and the fixed cost of an eager torch GEMM region.
+/// rotated element; the fixed cost of an eager torch GEMM call and the clock it ran at.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Emulation {
     pub triton_quant_call_us: Num,
     pub triton_quant_ns_per_elem: Num,
+    /// Per rotated element in calls with SR (split / transposing kernels).
     pub triton_quant_rht_ns_per_elem: Num,
+    /// Per rotated element in calls without SR (the strip kernel; absent: the SR kernels' price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_strip_rht_ns_per_elem: Option<Num>,
     /// Per stochastically rounded element written (absent: 0, the session-2 fit had no SR term).
     #[serde(default)]
     pub triton_quant_sr_ns_per_elem: Option<Num>,
-    /// Fixed cost of one profiled eager torch GEMM region (host dispatch exposed in the
+    /// Fixed cost of one profiled eager torch GEMM call (host dispatch exposed in the
     /// CUDA-event timing of a host-bound stream); ops opt in with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
+    /// Clock the profiled eager GEMMs ran at (absent: `chip.clock_ghz`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_eager_gemm_clock_ghz: Option<Num>,
 }
 
 /// Names of the built-in GPUs.
@@ -369,14 +376,34 @@ impl Profile {
             ]
             .into_iter()
             .chain(
-                em.triton_quant_sr_ns_per_elem
-                    .as_ref()
-                    .map(|n| ("emulation.triton_quant_sr_ns_per_elem", n)),
+                [
+                    (
+                        "emulation.triton_quant_sr_ns_per_elem",
+                        &em.triton_quant_sr_ns_per_elem,
+                    ),
+                    (
+                        "emulation.triton_quant_strip_rht_ns_per_elem",
+                        &em.triton_quant_strip_rht_ns_per_elem,
+                    ),
+                ]
+                .into_iter()
+                .filter_map(|(path, n)| n.as_ref().map(|n| (path, n))),
             ) {
                 check_num(path, n)?;
                 if n.value < 0.0 {
                     return Err((path.into(), format!("must be >= 0, got {}", n.value)));
                 }
+            }
+        }
+        if let Some(n) = self
+            .emulation
+            .as_ref()
+            .and_then(|em| em.torch_eager_gemm_clock_ghz.as_ref())
+        {
+            let path = "emulation.torch_eager_gemm_clock_ghz";
+            check_num(path, n)?;
+            if n.value <= 0.0 {
+                return Err((path.into(), format!("must be > 0, got {}", n.value)));
             }
         }
         check_conf("features.hw_sr", &self.features.hw_sr.confidence)?;

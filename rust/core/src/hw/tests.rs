@@ -619,45 +619,95 @@ fn attention_tile_cost_is_monotone_and_fades_at_long_sequences() {
     assert!(attn(&h, 32.0, 8192.0, 128.0).0 < 1.2 * roof(8192.0, 128.0));
 }
 
+fn gemm_op(m: u64, n: u64, k: u64, imp: &str) -> String {
+    format!(r#"{{"op": "gemm", "m": {m}, "n": {n}, "k": {k}{imp}}}"#)
+}
+
 #[test]
-fn eager_gemm_region_adds_a_fixed_cost_only_when_asked() {
-    // A nonzero per-region cost (the fitted H200 value may be 0: run 5's BF16 GEMMs needed none).
-    let mut h = hw("h200");
-    h.emulation = h.emulation.map(|e| EmulCost {
+fn eager_gemm_adds_a_fixed_cost_and_runs_at_the_eager_clock_only_when_asked() {
+    let base = hw("h200");
+    let e = base.emulation.unwrap();
+    let time = |h: &Hw, m: u64, imp: &str| {
+        op_time(h, &parse_op(&gemm_op(m, 640, 640, imp)).unwrap())
+            .unwrap()
+            .time_s
+    };
+    let eager = r#", "impl": "torch-eager""#;
+    // At the nominal clock the tag adds exactly the per-call cost (8 us here; the fitted
+    // value may be 0).
+    let mut h = base.clone();
+    h.emulation = Some(EmulCost {
         eager_call_s: 8e-6,
+        eager_clock_hz: h.clock_hz,
         ..e
     });
-    let plain = |m: u64| {
-        op_time(
-            &h,
-            &parse_op(&format!(
-                r#"{{"op": "gemm", "m": {m}, "n": 640, "k": 640}}"#
-            ))
-            .unwrap(),
-        )
-        .unwrap()
-        .time_s
-    };
-    let eager = |m: u64| {
-        op_time(
-            &h,
-            &parse_op(&format!(
-                r#"{{"op": "gemm", "m": {m}, "n": 640, "k": 640, "impl": "torch-eager"}}"#
-            ))
-            .unwrap(),
-        )
-        .unwrap()
-        .time_s
-    };
-    let call = h.emulation.unwrap().eager_call_s;
     let mut last = 0.0;
     for m in [256, 4096, 16384, 65536] {
-        assert!((eager(m) - plain(m) - call).abs() < 1e-12);
-        assert!(eager(m) > last);
-        last = eager(m);
+        assert!((time(&h, m, eager) - time(&h, m, "") - 8e-6).abs() < 1e-12);
+        assert!(time(&h, m, eager) > last);
+        last = time(&h, m, eager);
     }
+    // A faster eager clock shortens a compute-bound kernel by the clock ratio (cycles are
+    // the same), never below the HBM roofline; untagged GEMMs keep the nominal clock.
+    assert!(
+        e.eager_clock_hz > base.clock_hz,
+        "h200.toml sets the eager GEMM clock"
+    );
+    let (m, n, k) = (16384, 4096, 4096);
+    let plain = op_time(&base, &parse_op(&gemm_op(m, n, k, "")).unwrap()).unwrap();
+    let fast = op_time(&base, &parse_op(&gemm_op(m, n, k, eager)).unwrap()).unwrap();
+    assert_eq!(plain.bound, "compute");
+    let launch = base.eff.launch_s;
+    let want = (plain.detail["gemm_s"] - launch) * base.clock_hz / e.eager_clock_hz + launch;
+    assert!((fast.detail["gemm_s"] - want).abs() < 1e-12 * want.max(1.0));
     // Targets have no [emulation] table: asking for it there is an error, not a guess.
-    let op =
-        parse_op(r#"{"op": "gemm", "m": 64, "n": 64, "k": 64, "impl": "torch-eager"}"#).unwrap();
+    let op = parse_op(&gemm_op(64, 64, 64, eager)).unwrap();
     assert!(op_time(&hw("b200"), &op).is_err());
+}
+
+#[test]
+fn split_k_fills_the_sms_from_few_tiles() {
+    // A weight-gradient GEMM with few output tiles and a long K (768x768 from 32768
+    // tokens: 18 tiles of 128x256 on 132 SMs) splits K until the tiles fill one wave.
+    let h = hw("h200");
+    let s = Shape::new(768, 768, 32768);
+    let r = gemm(&h, &s, &Operand::BF16, &Operand::BF16, 2.0).unwrap();
+    let tiles = (768 / r.tile[0]) * (768 / r.tile[1]);
+    assert!(r.split > 4, "split {}", r.split);
+    assert!(tiles * r.split <= h.sms as u32 && tiles * (r.split + 1) > h.sms as u32);
+    // Many tiles: no split (the calibration shapes never split).
+    let big = gemm(
+        &h,
+        &Shape::new(8192, 4096, 14336),
+        &Operand::BF16,
+        &Operand::BF16,
+        2.0,
+    )
+    .unwrap();
+    assert_eq!(big.split, 1);
+}
+
+#[test]
+fn emulated_quantizer_prices_rotation_by_kernel() {
+    // A call without SR runs the strip kernel (its own, cheaper rotation term); a call with
+    // SR runs the split / transposing kernels (the other).
+    let h = hw("h200");
+    let e = h.emulation.unwrap();
+    assert!(
+        e.strip_rht_s_per_elem < e.rht_s_per_elem,
+        "h200.toml fits both"
+    );
+    let cost = |rht: u32, sr: bool| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "rht": {rht}, "sr": {sr}}}]}}"#
+        );
+        op_time(&h, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    let strip = cost(16, false) - cost(0, false);
+    let old = cost(16, true) - cost(0, true);
+    assert!(
+        (strip - 1e7 * e.strip_rht_s_per_elem).abs() <= 1e-12,
+        "{strip}"
+    );
+    assert!((old - 1e7 * e.rht_s_per_elem).abs() <= 1e-12, "{old}");
 }
