@@ -7,6 +7,8 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+# one step of every run under torch.profiler -> timeline.json (GPU busy vs idle)
+export FOURCAST_TIMELINE_STEP=${TIMELINE_STEP:-25}
 python3 -m pip install -q --no-deps --force-reinstall .devwheel/fourcast-*.whl || exit 1
 # SM clock and power every 250 ms (the projection reads training GEMMs as running at a
 # higher clock than back-to-back isolated GEMMs): first 8 s of isolated BF16 8192^3

@@ -235,3 +235,14 @@ def test_resume_extends_a_run_and_refuses_other_settings(text, tmp_path):
         train(other, tmp_path / "r", resume=True)
     with pytest.raises(fc.TrainError, match="recipe differs"):
         train(_cfg(fc.recipe("bf16", keep_bf16_first=1), text, tmp_path / "cache", steps=8), tmp_path / "r", resume=True)
+
+
+def test_timeline_summary_unions_overlapping_kernels():
+    from fourcast.train.profile import kernel_class, timeline_summary
+
+    kernels = [("_strip_kernel", 0.0, 100.0), ("nvjet_tst_128x256", 50.0, 100.0), ("elementwise_add", 400.0, 50.0)]
+    s = timeline_summary(kernels, wall_ms=0.5)
+    assert s["gpu_busy_ms"] == pytest.approx(0.2)  # [0, 150] and [400, 450] us
+    assert s["gpu_idle_ms"] == pytest.approx(0.3)
+    assert s["kernel_ms_by_class"] == pytest.approx({"quantize": 0.1, "gemm": 0.1, "other": 0.05})
+    assert kernel_class("flash_fwd_kernel") == "attention" and s["top_kernels"][0]["calls"] == 1

@@ -37,7 +37,7 @@ from fourcast.train.capture import TensorCapture
 from fourcast.train.config import RunConfig, TrainConfig, legacy_model_dict
 from fourcast.train.data import load_data
 from fourcast.train.model import Transformer
-from fourcast.train.profile import Profiler, sampled_steps
+from fourcast.train.profile import TIMELINE_ENV, Profiler, Timeline, sampled_steps
 
 # Fields that may differ between a run and its resumption (everything else must match).
 RESUMABLE_FIELDS = ("steps", "progress", "eval_every", "ckpt_every", "profile_steps", "capture_every", "capture_rows")
@@ -288,6 +288,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
 
         bar = tqdm(total=t.steps, initial=start, desc=f"{recipe.name} {cfg.model_name}", unit="step", dynamic_ncols=True)
     refresh = recipe.tensor_scale_refresh
+    timeline_step = int(os.environ.get(TIMELINE_ENV, "-1")) if device.type == "cuda" else -1
     wall = time.perf_counter()
     try:
         for step in range(start, t.steps):
@@ -302,6 +303,9 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
                 capture.arm(step)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
+            timeline = Timeline() if step == timeline_step and rank == 0 else None
+            if timeline:
+                timeline.start()
             t0 = time.perf_counter()
             if profiled:
                 profiler.start_step(model)
@@ -320,6 +324,11 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             dt = time.perf_counter() - t0
+            if timeline:
+                try:
+                    run.write_json(run_dir / "timeline.json", {"step": step, **timeline.stop(dt * 1e3)})
+                except Exception as exc:  # a diagnostic: never the reason a run fails
+                    log(f"timeline of step {step} failed: {exc!r}")
             if profiled:
                 profiler.stop_step(step, dt * 1e3)
             if capture:

@@ -44,6 +44,7 @@ DDP the gradient all-reduce overlaps the backward and shows up in "other".
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from typing import Any
@@ -171,3 +172,63 @@ class Profiler:
             "classes": classes,
             "ops": ops,
         }
+
+
+# ---------------------------------------------------------------- GPU timeline
+TIMELINE_ENV = "FOURCAST_TIMELINE_STEP"
+KERNEL_CLASSES = (("quantize", ("_strip_kernel", "_quantize_kernel", "_rowcol_kernel", "_dequantize_kernel")),
+                  ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "_split_kernel")),
+                  ("attention", ("flash", "fmha", "attention")))
+
+
+def kernel_class(name: str) -> str:
+    low = name.lower()
+    return next((c for c, keys in KERNEL_CLASSES if any(k.lower() in low for k in keys)), "other")
+
+
+def timeline_summary(kernels: list[tuple[str, float, float]], wall_ms: float) -> dict[str, Any]:
+    """How busy the GPU was during one step: kernels are (name, start_us, dur_us) from a
+    torch.profiler trace. busy_ms is the union of kernel intervals; idle_ms = wall - busy
+    is time the GPU waited (for the host, or on a sync): the part of the CUDA-event
+    profile's op times that is not GPU work."""
+    spans = sorted((s, s + d) for _, s, d in kernels)
+    busy, end = 0.0, -math.inf
+    for s, e in spans:
+        if s > end:
+            busy += e - s
+            end = e
+        elif e > end:
+            busy += e - end
+            end = e
+    by_class: dict[str, float] = {}
+    by_name: dict[str, list[float]] = {}
+    for name, _, d in kernels:
+        by_class[kernel_class(name)] = by_class.get(kernel_class(name), 0.0) + d / 1e3
+        agg = by_name.setdefault(name[:80], [0, 0.0])
+        agg[0] += 1
+        agg[1] += d / 1e3
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:20]
+    return {"wall_ms": wall_ms, "gpu_busy_ms": busy / 1e3, "gpu_idle_ms": wall_ms - busy / 1e3,
+            "kernels": len(kernels), "kernel_ms_by_class": by_class,
+            "top_kernels": [{"name": n, "calls": c, "ms": ms} for n, (c, ms) in top]}
+
+
+class Timeline:
+    """One step under torch.profiler (CUDA only; FOURCAST_TIMELINE_STEP=N picks step N),
+    summarised to run_dir/timeline.json by `timeline_summary`. Diagnostic: the profiler
+    itself adds host time, so the step it records is not a timing sample."""
+
+    def __init__(self) -> None:
+        self.prof = None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+        self.prof.__enter__()
+
+    def stop(self, wall_ms: float) -> dict[str, Any]:
+        self.prof.__exit__(None, None, None)
+        kernels = [(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in self.prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA]
+        return timeline_summary(kernels, wall_ms)
