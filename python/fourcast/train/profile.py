@@ -229,6 +229,9 @@ class Timeline:
 
     def stop(self, wall_ms: float) -> dict[str, Any]:
         self.prof.__exit__(None, None, None)
+        # GPU-side events, less the ranges record_function mirrors onto the GPU timeline
+        # (e.g. "Optimizer.step#AdamW.step"): those are not work
         kernels = [(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in self.prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA]
+                   if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+                   and "#" not in e.name]
         return timeline_summary(kernels, wall_ms)
