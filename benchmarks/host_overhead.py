@@ -46,22 +46,25 @@ class _NoLaunch:
 @contextlib.contextmanager
 def fake_cuda():
     """CPU tensors report is_cuda, the Triton kernels are no-ops, the GEMM runs on CPU."""
+    from fourcast.kernels import gemm as gk
     from fourcast.kernels import quantize as qk
+    from fourcast.kernels import strip as sk
 
-    saved = {name: getattr(qk, name) for name in ("_quantize_kernel", "_rowcol_kernel", "_rowcol_split_kernel",
-                                                  "_dequantize_kernel")}
+    kernels = ((qk, "_quantize_kernel"), (qk, "_rowcol_kernel"), (qk, "_dequantize_kernel"), (sk, "_strip_kernel"),
+               (gk, "_epilogue_kernel"))
+    saved = {(mod, name): getattr(mod, name) for mod, name in kernels}
     saved_mm = fcnn._matmul_f32
     had_prop = "is_cuda" in torch.Tensor.__dict__
     old_prop = torch.Tensor.__dict__.get("is_cuda")
     try:
-        for name in saved:
-            setattr(qk, name, _NoLaunch())
+        for mod, name in saved:
+            setattr(mod, name, _NoLaunch())
         fcnn._matmul_f32 = lambda a, b: torch.mm(a.float(), b.float())
         torch.Tensor.is_cuda = property(lambda self: True)
         yield
     finally:
-        for name, k in saved.items():
-            setattr(qk, name, k)
+        for (mod, name), k in saved.items():
+            setattr(mod, name, k)
         fcnn._matmul_f32 = saved_mm
         if had_prop:
             torch.Tensor.is_cuda = old_prop
