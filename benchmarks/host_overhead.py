@@ -105,8 +105,9 @@ def count_syncs(counts: dict):
         torch.tensor, torch.as_tensor = orig_tensor, orig_as_tensor
 
 
-def make_layer(recipe: str, tokens: int = 128, features: int = 64):
-    layer = fcnn.QLinear(features, features, bias=False, recipe=fc.recipe(recipe), layer_id=3, name="bench")
+def make_layer(recipe: str, tokens: int = 128, features: int = 64, path: str = "fused"):
+    layer = fcnn.QLinear(features, features, bias=False, recipe=fc.recipe(recipe), layer_id=3, name="bench",
+                         gemm_path=path)
     layer.weight.data = layer.weight.data.to(torch.bfloat16)
     x = torch.randn(tokens, features, dtype=torch.bfloat16, requires_grad=True)
     gy = torch.randn(tokens, features, dtype=torch.bfloat16)
@@ -119,8 +120,8 @@ def step(layer, x, gy, i: int) -> None:
     y.backward(gy)
 
 
-def measure(recipe: str, iters: int, warmup: int = 20) -> dict:
-    layer, x, gy = make_layer(recipe)
+def measure(recipe: str, iters: int, warmup: int = 20, path: str = "fused") -> dict:
+    layer, x, gy = make_layer(recipe, path=path)
     with fake_cuda():
         for i in range(warmup):
             step(layer, x, gy, i)
@@ -144,12 +145,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", action="append", help="recipe(s) to time (default nvfp4, mxfp4)")
     ap.add_argument("--iters", type=int, default=300)
+    ap.add_argument("--path", default="fused", help="QLinear gemm_path (training uses fused)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     for recipe in args.recipe or ["nvfp4", "mxfp4"]:
-        r = measure(recipe, args.iters)
+        r = measure(recipe, args.iters, path=args.path)
         syncs = ", ".join(f"{k} {v}" for k, v in sorted(r["sync_calls"].items())) or "none"
-        print(f"{recipe:8s} fwd+bwd host time: median {r['median_us']:8.1f} us  p10 {r['p10_us']:8.1f} us"
+        print(f"{recipe:8s} {args.path} fwd+bwd host time: median {r['median_us']:8.1f} us  p10 {r['p10_us']:8.1f} us"
               f"   sync-prone calls per fwd+bwd: {syncs}")
 
 
