@@ -645,6 +645,41 @@ def qlinear_bench():
         save()
 
 
+@section("QLinear host enqueue time vs GPU time")
+def qlinear_host():
+    """Is a QLinear fwd+bwd host-bound? Host time to enqueue one (20 back to back, no
+    sync, averaged: the queue stays far below its depth) against its GPU time (do_bench).
+    Where the enqueue time reaches the GPU time the layer waits on Python, not kernels."""
+    from fourcast import nn as fcnn
+
+    sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
+    for (m, n, k) in LINEAR[:2] + [(4096, 1024, 1024), (2048, 1024, 512)] if not SMOKE else [(64, 64, 64)]:
+        x = rand((m, k)).requires_grad_(True)
+        dy = rand((m, n))
+        lin = torch.nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
+        layers = {"bf16": lambda: torch.autograd.grad(lin(x), (x, lin.weight), dy)}
+        for name in ("ue5m3", "nvfp4"):
+            layer = fcnn.QLinear(k, n, bias=False, recipe=fc.recipe(name), device=DEV, dtype=torch.bfloat16)
+            layer.step = 0
+            torch.autograd.grad(layer(x), (x, layer.weight), dy)
+            layer.step = 1
+            layers[name] = (lambda layer=layer: torch.autograd.grad(layer(x), (x, layer.weight), dy))
+        row = dict(shape=f"M{m} N{n} K{k}")
+        for name, fn in layers.items():
+            fn()
+            gpu = ms(fn, rep=50)
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                fn()
+            enqueue = (time.perf_counter() - t0) / 20 * 1e3
+            sync()
+            row[name] = dict(gpu_ms=gpu, enqueue_ms=enqueue)
+        RES.setdefault("qlinear_host", []).append(row)
+        log(row)
+        save()
+
+
 def table():
     print("\n==== fourcast kernels on", RES["meta"].get("gpu"), "torch", RES["meta"].get("torch"), "triton",
           RES["meta"].get("triton"))
@@ -674,7 +709,7 @@ def main():
     ARGS = ap.parse_args()
     torch.manual_seed(0)
     steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, layer_profiles, peers,
-             gemm_bench, gemm_variants, qlinear_bench, linear_bench,
+             gemm_bench, gemm_variants, qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]
     for s in steps:

@@ -113,3 +113,27 @@ def test_apply_sets_converts_types():
     assert cfg.train.lr == 1e-3
     with pytest.raises(TrainError, match="no training field"):
         apply_sets(cfg, {"optim.lr": "1"})
+
+
+def test_moe_grouping_equals_a_nonzero_per_expert():
+    """The sort-and-split grouping (one host sync per layer) gives the same bits as
+    selecting each expert's assignments with a nonzero (one sync per expert)."""
+    torch.manual_seed(1)
+    cfg = model_config("moe-tiny")
+    moe = MoE(cfg)
+    x = torch.randn(4, 16, cfg.d_model)
+    got = moe(x)
+    flat = x.reshape(-1, cfg.d_model)
+    probs = torch.softmax(moe.router(flat).float(), dim=-1)
+    top_p, top_i = probs.topk(cfg.top_k, dim=-1)
+    top_p = top_p / top_p.sum(-1, keepdim=True)
+    slots = torch.zeros(flat.shape[0] * cfg.top_k, cfg.d_model)
+    for e, expert in enumerate(moe.experts):
+        where = (top_i.flatten() == e).nonzero().squeeze(1)
+        if where.numel():
+            tokens = flat[where // cfg.top_k]
+            tokens = torch.cat([tokens, tokens.new_zeros(-where.numel() % moe.multiple, cfg.d_model)])
+            out = expert(tokens)[: where.numel()]
+            slots = slots.index_put((where,), out * top_p.flatten()[where, None])
+    want = slots.view(flat.shape[0], cfg.top_k, -1).sum(1).view(x.shape)
+    assert torch.equal(got, want)

@@ -139,12 +139,14 @@ class MoE(nn.Module):
         top_p, top_i = probs.topk(k, dim=-1)
         top_p = top_p / top_p.sum(-1, keepdim=True)
         # Switch-style balance loss: E * sum_e (share of assignments to e) * (mean prob of e).
-        share = torch.bincount(top_i.flatten(), minlength=E).float() / (n * k)
-        self.aux_loss = E * (share * probs.mean(0)).sum()
-        slots = torch.zeros(n * k, shape[-1], dtype=x.dtype, device=x.device)
         flat_i = top_i.flatten()
-        for e, expert in enumerate(self.experts):
-            where = (flat_i == e).nonzero().squeeze(1)  # assignment indices token*k + slot
+        counts = torch.bincount(flat_i, minlength=E)
+        self.aux_loss = E * (counts.float() / (n * k) * probs.mean(0)).sum()
+        slots = torch.zeros(n * k, shape[-1], dtype=x.dtype, device=x.device)
+        # Assignment indices (token * k + slot) grouped by expert, ascending within each:
+        # one host sync per layer for the group sizes (a nonzero per expert was one each).
+        order = torch.sort(flat_i, stable=True).indices
+        for expert, where in zip(self.experts, order.split(counts.tolist())):
             if where.numel() == 0:
                 continue
             tokens = flat[where // k]
