@@ -115,25 +115,37 @@ def test_apply_sets_converts_types():
         apply_sets(cfg, {"optim.lr": "1"})
 
 
-def test_moe_grouping_equals_a_nonzero_per_expert():
-    """The sort-and-split grouping (one host sync per layer) gives the same bits as
-    selecting each expert's assignments with a nonzero (one sync per expert)."""
-    torch.manual_seed(1)
-    cfg = model_config("moe-tiny")
-    moe = MoE(cfg)
-    x = torch.randn(4, 16, cfg.d_model)
-    got = moe(x)
-    flat = x.reshape(-1, cfg.d_model)
+def _moe_nonzero_per_expert(moe, x):
+    """MoE.forward as it was before the sort-and-split grouping: a nonzero per expert."""
+    flat = x.reshape(-1, x.shape[-1])
+    k = moe.top_k
     probs = torch.softmax(moe.router(flat).float(), dim=-1)
-    top_p, top_i = probs.topk(cfg.top_k, dim=-1)
+    top_p, top_i = probs.topk(k, dim=-1)
     top_p = top_p / top_p.sum(-1, keepdim=True)
-    slots = torch.zeros(flat.shape[0] * cfg.top_k, cfg.d_model)
+    slots = torch.zeros(flat.shape[0] * k, flat.shape[1])
     for e, expert in enumerate(moe.experts):
         where = (top_i.flatten() == e).nonzero().squeeze(1)
         if where.numel():
-            tokens = flat[where // cfg.top_k]
-            tokens = torch.cat([tokens, tokens.new_zeros(-where.numel() % moe.multiple, cfg.d_model)])
+            tokens = flat[where // k]
+            tokens = torch.cat([tokens, tokens.new_zeros(-where.numel() % moe.multiple, flat.shape[1])])
             out = expert(tokens)[: where.numel()]
             slots = slots.index_put((where,), out * top_p.flatten()[where, None])
-    want = slots.view(flat.shape[0], cfg.top_k, -1).sum(1).view(x.shape)
-    assert torch.equal(got, want)
+    return slots.view(flat.shape[0], k, -1).sum(1).view(x.shape)
+
+
+def test_moe_grouping_equals_a_nonzero_per_expert():
+    """The sort-and-split grouping (one host sync per layer) gives the same bits as
+    selecting each expert's assignments with a nonzero (one sync per expert), forward
+    and every gradient."""
+    torch.manual_seed(1)
+    moe = MoE(model_config("moe-tiny"))
+    x = torch.randn(4, 16, moe.router.in_features, requires_grad=True)
+    g = torch.randn(4, 16, moe.router.in_features)
+    runs = []
+    for forward in (moe, lambda t: _moe_nonzero_per_expert(moe, t)):
+        x.grad = None
+        moe.zero_grad()
+        y = forward(x)
+        y.backward(g)
+        runs.append([y.detach(), x.grad.clone()] + [p.grad.clone() for p in moe.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
