@@ -229,9 +229,24 @@ class Report:
     corrected: bool
     targets: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    gpu_idle_fraction: float | None = None  # 1 - GPU busy / step, from timeline.json if recorded
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+HOST_BOUND_IDLE = 0.25  # GPU idle fraction above which a run is reported as host-bound
+
+
+def _idle(run_dir: str | pathlib.Path, step_ms: float) -> float | None:
+    """1 - (GPU busy ms of the traced step) / (the run's unprofiled step ms), when the run
+    recorded a timeline (FOURCAST_TIMELINE_STEP); kernel times are not inflated by the
+    profiler's host cost, the traced step's wall time is, hence the unprofiled step."""
+    path = pathlib.Path(run_dir) / "timeline.json"
+    if not path.is_file() or step_ms <= 0:
+        return None
+    busy = float(json.loads(path.read_text()).get("gpu_busy_ms", 0.0))
+    return max(0.0, 1.0 - busy / step_ms)
 
 
 def _bandwidth(hw: fchw.Hardware) -> float:
@@ -272,7 +287,12 @@ def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterabl
     model_flops = model_flops_per_step(ops)
 
     rep = Report(run=str(run_dir), recipe=prof["recipe"], tokens_per_step=tokens, measured=measured_ms,
-                 h200_model=base_pred, h200_error=err, corrected=correct)
+                 h200_model=base_pred, h200_error=err, corrected=correct, gpu_idle_fraction=_idle(run_dir, step_ms))
+    if rep.gpu_idle_fraction is not None and rep.gpu_idle_fraction > HOST_BOUND_IDLE:
+        rep.notes.append(f"host-bound run: the GPU was idle {rep.gpu_idle_fraction:.0%} of the step (timeline.json "
+                         "kernel time against the unprofiled step); its measured op times include host waits, so "
+                         "the H200 model errors are not a check of the GPU model, and the targets' times price "
+                         "the GPU work only")
     rep.notes.append("dequantize (emulation-only on Hopper) is dropped on every target")
     rep.notes.append("'other' (norms, activations, loss, launch gaps) is scaled by the HBM bandwidth ratio"
                      + (f"; taken from the BF16 run {other_from}" if other_from is not None else ""))

@@ -195,3 +195,13 @@ def fc_recipe(name):
     import fourcast as fc
 
     return fc.recipe(name).to_dict()
+
+
+def test_host_bound_runs_are_flagged():
+    """Run 7's MoE step left the GPU idle most of the time (timeline.json); its 50M step did not."""
+    run7 = RUN7.parent
+    moe = project.project(run7 / "moe-125m" / "ue5m3", [])
+    assert moe.gpu_idle_fraction > 0.5 and any(n.startswith("host-bound run") for n in moe.notes)
+    dense = project.project(run7 / "50m" / "ue5m3", [])
+    assert dense.gpu_idle_fraction < 0.25 and not any(n.startswith("host-bound run") for n in dense.notes)
+    assert project.project(RUN5 / "ue5m3", []).gpu_idle_fraction is None  # no timeline recorded
