@@ -246,3 +246,4 @@ def test_timeline_summary_unions_overlapping_kernels():
     assert s["gpu_idle_ms"] == pytest.approx(0.3)
     assert s["kernel_ms_by_class"] == pytest.approx({"quantize": 0.1, "gemm": 0.1, "other": 0.05})
     assert kernel_class("flash_fwd_kernel") == "attention" and s["top_kernels"][0]["calls"] == 1
+    assert kernel_class("_dequantize_kernel") == "dequantize" and kernel_class("_epilogue_kernel") == "gemm"

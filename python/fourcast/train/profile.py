@@ -176,8 +176,10 @@ class Profiler:
 
 # ---------------------------------------------------------------- GPU timeline
 TIMELINE_ENV = "FOURCAST_TIMELINE_STEP"
-KERNEL_CLASSES = (("quantize", ("_strip_kernel", "_quantize_kernel", "_rowcol_kernel", "_dequantize_kernel")),
-                  ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "_split_kernel")),
+# The profile's classes: the emulated GEMM's scale epilogue is part of its GEMM region.
+KERNEL_CLASSES = (("dequantize", ("_dequantize_kernel",)),
+                  ("quantize", ("_strip_kernel", "_quantize_kernel", "_rowcol_kernel")),
+                  ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "_split_kernel", "_epilogue_kernel")),
                   ("attention", ("flash", "fmha", "attention")))
 
 
