@@ -610,13 +610,24 @@ def linear_bench():
 LAYER_RECIPES = ("ue5m3", "mxfp4", "nvfp4", "ufp4")
 
 
+def steady_qlinear(recipe: str, x, dy, path: str):
+    """fwd+bwd of a fresh QLinear (bf16 weights) in the recipe's steady state: step 0
+    measures and stores the periodic tensor amaxes, the returned call runs at step 1."""
+    from fourcast import nn as fcnn
+
+    layer = fcnn.QLinear(x.shape[1], dy.shape[1], bias=False, recipe=fc.recipe(recipe), gemm_path=path, device=DEV,
+                         dtype=torch.bfloat16)
+    layer.step = 0
+    torch.autograd.grad(layer(x), (x, layer.weight), dy)
+    layer.step = 1
+    return lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)
+
+
 @section("QLinear layer fwd+bwd vs nn.Linear")
 def qlinear_bench():
     """The real layer (fourcast.nn.QLinear, bf16 weights, recipe's steady state: step 1,
     so periodic tensor scales are reused) against nn.Linear, both through autograd, at the
     Llama-3-8B shapes: what a training step pays per linear."""
-    from fourcast import nn as fcnn
-
     for (m, n, k) in LINEAR:
         if left() < 60:
             break
@@ -631,12 +642,7 @@ def qlinear_bench():
             for path in ("fused", "dequant"):
                 if left() < 40:
                     break
-                layer = fcnn.QLinear(k, n, bias=False, recipe=fc.recipe(name), gemm_path=path, device=DEV,
-                                     dtype=torch.bfloat16)
-                layer.step = 0
-                torch.autograd.grad(layer(x), (x, layer.weight), dy)  # measures and stores periodic amaxes
-                layer.step = 1
-                fn = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
+                fn = steady_qlinear(name, x, dy, path)
                 fn()
                 t = ms(fn, rep=50)
                 row[f"{name} {path}"] = dict(ms=t, ratio=t / t0)
@@ -650,8 +656,6 @@ def qlinear_host():
     """Is a QLinear fwd+bwd host-bound? Host time to enqueue one (20 back to back, no
     sync, averaged: the queue stays far below its depth) against its GPU time (do_bench).
     Where the enqueue time reaches the GPU time the layer waits on Python, not kernels."""
-    from fourcast import nn as fcnn
-
     sync = torch.cuda.synchronize if DEV == "cuda" else (lambda: None)
     for (m, n, k) in LINEAR[:2] + [(4096, 1024, 1024), (2048, 1024, 512)] if not SMOKE else [(64, 64, 64)]:
         x = rand((m, k)).requires_grad_(True)
@@ -659,11 +663,7 @@ def qlinear_host():
         lin = torch.nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
         layers = {"bf16": lambda: torch.autograd.grad(lin(x), (x, lin.weight), dy)}
         for name in ("ue5m3", "nvfp4"):
-            layer = fcnn.QLinear(k, n, bias=False, recipe=fc.recipe(name), device=DEV, dtype=torch.bfloat16)
-            layer.step = 0
-            torch.autograd.grad(layer(x), (x, layer.weight), dy)
-            layer.step = 1
-            layers[name] = (lambda layer=layer: torch.autograd.grad(layer(x), (x, layer.weight), dy))
+            layers[name] = steady_qlinear(name, x, dy, "fused")
         row = dict(shape=f"M{m} N{n} K{k}")
         for name, fn in layers.items():
             fn()

@@ -193,19 +193,16 @@ def timeline_summary(kernels: list[tuple[str, float, float]], wall_ms: float) ->
     torch.profiler trace. busy_ms is the union of kernel intervals; idle_ms = wall - busy
     is time the GPU waited (for the host, or on a sync): the part of the CUDA-event
     profile's op times that is not GPU work."""
-    spans = sorted((s, s + d) for _, s, d in kernels)
     busy, end = 0.0, -math.inf
-    for s, e in spans:
-        if s > end:
-            busy += e - s
-            end = e
-        elif e > end:
-            busy += e - end
+    for s, e in sorted((s, s + d) for _, s, d in kernels):
+        if e > end:  # the part of [s, e] past everything counted so far
+            busy += e - max(s, end)
             end = e
     by_class: dict[str, float] = {}
     by_name: dict[str, list[float]] = {}
     for name, _, d in kernels:
-        by_class[kernel_class(name)] = by_class.get(kernel_class(name), 0.0) + d / 1e3
+        cls = kernel_class(name)
+        by_class[cls] = by_class.get(cls, 0.0) + d / 1e3
         agg = by_name.setdefault(name[:80], [0, 0.0])
         agg[0] += 1
         agg[1] += d / 1e3
