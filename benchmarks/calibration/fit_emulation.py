@@ -18,7 +18,12 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   without (the strip kernel), per stochastically rounded element), least squares weighted
   by calls, on the quantize ops of QUANT_FIT; QUANT_HELD_OUT are predicted, not fitted.
 
-    python benchmarks/calibration/fit_emulation.py [--runs DIR] [--check-runs DIR] [--write]
+--measure gpu fits and checks against GPU time: the profile's "gpu_ops" (the ops of the
+timeline step, each with the GPU time of the kernels it launched; runs recorded with
+FOURCAST_TIMELINE_STEP) instead of the sampled steps' CUDA-event spans, which also hold the
+time the GPU waited for the host.
+
+    python benchmarks/calibration/fit_emulation.py [--runs DIR] [--check-runs DIR...] [--measure gpu] [--write]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from fourcast import project as P
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNS = ROOT / "benchmarks/results/training-h200-run5"
 RECIPES = ("bf16", "ue5m3", "nvfp4", "mxfp4", "ufp4")
+MEASURE = "events"  # or "gpu"
 GEMM_FIT = ("bf16",)
 QUANT_FIT = ("nvfp4", "mxfp4", "ue5m3")
 QUANT_HELD_OUT = ("ufp4",)
@@ -43,7 +49,12 @@ ATTN_FIT = RECIPES
 
 
 def profile(recipe: str) -> dict:
-    return P.load_profile(RUNS / recipe)
+    prof = P.load_profile(RUNS / recipe)
+    if MEASURE == "events":
+        return prof
+    if not prof.get("gpu_ops"):
+        raise SystemExit(f"{RUNS / recipe}: no GPU times (record runs with FOURCAST_TIMELINE_STEP)")
+    return {**prof, "ops": prof["gpu_ops"], "classes": P.class_ms(prof["gpu_ops"])}
 
 
 def quant_features(q: dict) -> list[float]:
@@ -142,14 +153,16 @@ def write_toml(values: dict) -> None:
 
 
 def main() -> None:
-    global RUNS
+    global RUNS, MEASURE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(RUNS), help="folder of profiled runs to fit on")
-    ap.add_argument("--check-runs", default=str(ROOT / "benchmarks/results/training-h200-run2"),
-                    help="folder of runs of another size/shape, priced with the fitted terms (all held out)")
+    ap.add_argument("--check-runs", nargs="+", default=[str(ROOT / "benchmarks/results/training-h200-run2")],
+                    help="folders of runs of another size/shape, priced with the fitted terms (all held out)")
+    ap.add_argument("--measure", choices=("events", "gpu"), default="events",
+                    help="fit against CUDA-event spans or GPU kernel time")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     args = ap.parse_args()
-    RUNS = pathlib.Path(args.runs)
+    RUNS, MEASURE = pathlib.Path(args.runs), args.measure
     hw = fchw.load("h200")
     tile = round(fit_attention(hw), -1)
     hw = hw.set("efficiency.attention_tile_cycles", tile)
@@ -173,19 +186,25 @@ def main() -> None:
         cells = [f"{cls} {m:6.1f}/{p:6.1f} {e:+6.1%} ({'fit' if r in role[cls] else 'held out'})"
                  for cls, (m, p, e) in row.items()]
         print(f"  {r:10s} " + "  ".join(cells))
-    check = pathlib.Path(args.check_runs)
-    if check.is_dir() and check != RUNS:
+    checks = [pathlib.Path(c) for c in args.check_runs]
+    for check in checks:
+        if not check.is_dir() or check == RUNS:
+            continue
         fit_dir, RUNS = RUNS, check
         print(f"check folder {check.name} (held out):")
         for r, row in errors(hw, [p.name for p in sorted(check.iterdir()) if (p / "profile.json").is_file()]).items():
             print(f"  {r:10s} " + "  ".join(f"{cls} {m:6.1f}/{p:6.1f} {e:+6.1%}" for cls, (m, p, e) in row.items()))
         RUNS = fit_dir
     if args.write:
-        run = RUNS.name
+        run = f"{RUNS.parent.name}/{RUNS.name}"
+        timed = "GPU time" if MEASURE == "gpu" else "CUDA-event time"
+        tool = "fit: benchmarks/calibration/fit_emulation.py"
         write_toml({
-            "attention_tile_cycles": (tile, f"fit: benchmarks/calibration/fit_emulation.py (attention ops of the {run} runs; one shape, {check.name} as the check)"),
-            "torch_eager_call_us": (eager, f"fit: benchmarks/calibration/fit_emulation.py (GEMM calls of {run}/bf16 at the eager GEMM clock; FP4 runs held out)"),
-            **{key: (v, f"fit: benchmarks/calibration/fit_emulation.py (quantize ops of {run} {', '.join(QUANT_FIT)}; "
+            "attention_tile_cycles": (tile, f"{tool} ({timed} of the attention ops of {run}, one shape; "
+                                            f"{', '.join(c.name for c in checks)} as the check)"),
+            "torch_eager_call_us": (eager, f"{tool} ({timed} of the GEMM calls of {run}/bf16 at the eager GEMM clock; "
+                                           "FP4 runs held out)"),
+            **{key: (v, f"{tool} ({timed} of the quantize ops of {run} {', '.join(QUANT_FIT)}; "
                         f"{', '.join(QUANT_HELD_OUT)} held out)") for key, v in quant.items()},
         })
 

@@ -230,6 +230,10 @@ class Report:
     targets: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     gpu_idle_fraction: float | None = None  # 1 - GPU busy / step, from timeline.json if recorded
+    measured_gpu: dict | None = None  # GPU ms per class of the profile's timeline step (its "gpu_ops")
+    h200_model_gpu: dict | None = None  # the model's H200 ms per class for the same ops
+    h200_error_gpu: dict | None = None  # (model - GPU time) / GPU time per class
+    gpu_step: int | None = None  # the timeline step
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -245,8 +249,31 @@ def _idle(run_dir: str | pathlib.Path, step_ms: float) -> float | None:
     path = pathlib.Path(run_dir) / "timeline.json"
     if not path.is_file() or step_ms <= 0:
         return None
-    busy = float(json.loads(path.read_text()).get("gpu_busy_ms", 0.0))
-    return max(0.0, 1.0 - busy / step_ms)
+    busy = json.loads(path.read_text()).get("gpu_busy_ms")
+    return None if busy is None else max(0.0, 1.0 - float(busy) / step_ms)
+
+
+def _other_ms(prof: dict) -> tuple[float, bool]:
+    """The unmodelled 'other' ms of a profile, and whether it is GPU time: the GPU work
+    launched outside every traced op in the timeline step when the run recorded one (no
+    host waits, like every class the model prices), else the CUDA-event remainder."""
+    outside = (prof.get("gpu_time") or {}).get("outside_regions_ms")
+    if prof.get("gpu_ops") and outside is not None:
+        return float(outside), True
+    return float(prof["classes"].get("other", 0.0)), False
+
+
+def class_ms(ops: list[dict]) -> dict[str, float]:
+    """ms per step by op kind."""
+    out: dict[str, float] = {}
+    for op in ops:
+        out[op["kind"]] = out.get(op["kind"], 0.0) + float(op["ms_per_step"])
+    return out
+
+
+def _errors(pred: dict, measured: dict) -> dict:
+    """(model - measured) / measured for every class both have."""
+    return {c: (pred[c] - measured[c]) / measured[c] for c in pred if measured.get(c, 0) > 0}
 
 
 def _bandwidth(hw: fchw.Hardware) -> float:
@@ -274,27 +301,41 @@ def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterabl
     measured_ms["step"] = step_ms
     base_hw = fchw.load(base)
     base_pred = {c: s * 1e3 for c, s in cost(base_hw, as_measured(prof)).items()}
-    err = {c: (base_pred[c] - measured_ms[c]) / measured_ms[c] for c in base_pred if measured_ms.get(c, 0) > 0}
-    ratio = {c: measured_ms[c] / base_pred[c] for c in CORRECTED if base_pred.get(c, 0) > 0 and measured_ms.get(c, 0) > 0}
+    err = _errors(base_pred, measured_ms)
+    # The model prices GPU work: where the run measured its ops' GPU time (the timeline
+    # step's "gpu_ops"), the model is checked on those ops against it, and corrected by it
+    # (CUDA-event spans also hold the time the GPU waited for the host).
+    gpu_ms = gpu_pred = None
+    if prof.get("gpu_ops"):
+        gpu_ms = class_ms(prof["gpu_ops"])
+        gpu_pred = {c: s * 1e3 for c, s in cost(base_hw, as_measured({**prof, "ops": prof["gpu_ops"]})).items()}
+    ref, ref_pred = (gpu_ms, gpu_pred) if gpu_ms else (measured_ms, base_pred)
+    ratio = {c: ref[c] / ref_pred[c] for c in CORRECTED if ref_pred.get(c, 0) > 0 and ref.get(c, 0) > 0}
     base_bw = _bandwidth(base_hw)
-    other_ms = measured_ms["other"]
+    other_src = prof
     if other_from is not None:
-        ref = load_profile(other_from)
-        if ref["tokens_per_step"] != prof["tokens_per_step"] or _model_of(ref) != _model_of(prof):
+        other_src = load_profile(other_from)
+        if other_src["tokens_per_step"] != prof["tokens_per_step"] or _model_of(other_src) != _model_of(prof):
             raise ProjectionError(f"--other-from {other_from} is not the same model and batch as {run_dir}")
-        other_ms = float(ref["classes"].get("other", 0.0))
+    other_ms, other_gpu = _other_ms(other_src)
+    if gpu_ms is not None:
+        gpu_ms["other"] = _other_ms(prof)[0]
     tokens = int(prof["tokens_per_step"])
     model_flops = model_flops_per_step(ops)
 
     rep = Report(run=str(run_dir), recipe=prof["recipe"], tokens_per_step=tokens, measured=measured_ms,
-                 h200_model=base_pred, h200_error=err, corrected=correct, gpu_idle_fraction=_idle(run_dir, step_ms))
+                 h200_model=base_pred, h200_error=err, corrected=correct, gpu_idle_fraction=_idle(run_dir, step_ms),
+                 measured_gpu=gpu_ms, h200_model_gpu=gpu_pred, h200_error_gpu=_errors(gpu_pred, gpu_ms) if gpu_ms else None,
+                 gpu_step=(prof.get("gpu_time") or {}).get("step"))
     if rep.gpu_idle_fraction is not None and rep.gpu_idle_fraction > HOST_BOUND_IDLE:
         rep.notes.append(f"host-bound run: the GPU was idle {rep.gpu_idle_fraction:.0%} of the step (timeline.json "
-                         "kernel time against the unprofiled step); its measured op times include host waits, so "
-                         "the H200 model errors are not a check of the GPU model, and the targets' times price "
-                         "the GPU work only")
+                         "kernel time against the unprofiled step); its CUDA-event op times include host waits, so "
+                         "only the errors against GPU kernel time check the GPU model, and the targets' times "
+                         "price the GPU work only")
     rep.notes.append("dequantize (emulation-only on Hopper) is dropped on every target")
-    rep.notes.append("'other' (norms, activations, loss, launch gaps) is scaled by the HBM bandwidth ratio"
+    rep.notes.append("'other' (norms, activations, loss" + ("" if other_gpu else ", launch gaps")
+                     + ") is scaled by the HBM bandwidth ratio"
+                     + ("; GPU time of the work launched outside every traced op" if other_gpu else "")
                      + (f"; taken from the BF16 run {other_from}" if other_from is not None else ""))
     if correct:
         rep.notes.append(f"classes {', '.join(ratio)} corrected by the H200 measured/predicted ratio; "
@@ -341,12 +382,20 @@ def write_report(rep: Report, out_dir: str | pathlib.Path) -> dict[str, pathlib.
 
 def markdown(rep: Report) -> str:
     lines = [f"# Projection of {rep.run} (recipe {rep.recipe}, {rep.tokens_per_step} tokens/step)", ""]
-    lines += ["## H200: measured vs model (ms per step)", "", "| class | measured | model | error |", "|---|---|---|---|"]
+    gpu, gpred, gerr = rep.measured_gpu or {}, rep.h200_model_gpu or {}, rep.h200_error_gpu or {}
+    lines += ["## H200: measured vs model (ms per step)", "",
+              "CUDA events time each op's region over the sampled steps (host waits included). GPU time is "
+              f"the kernels, copies and memsets each op launched in the timeline step ({rep.gpu_step}), "
+              "priced by the model for that step's ops: the check of a GPU model.", "",
+              "| class | events | model | error | GPU time | model | error |", "|---|---|---|---|---|---|---|"]
+
+    def cell(v: float | None, fmt: str) -> str:
+        return "" if v is None else format(v, fmt)
+
     for c in ("gemm", "quantize", "attention", "optimizer", "dequantize", "other", "step"):
-        m = rep.measured.get(c)
-        p = rep.h200_model.get(c)
-        e = rep.h200_error.get(c)
-        lines.append(f"| {c} | {m:.3f} | {'' if p is None else f'{p:.3f}'} | {'' if e is None else f'{e:+.1%}'} |")
+        lines.append(f"| {c} | {cell(rep.measured.get(c), '.3f')} | {cell(rep.h200_model.get(c), '.3f')} | "
+                     f"{cell(rep.h200_error.get(c), '+.1%')} | {cell(gpu.get(c), '.3f')} | "
+                     f"{cell(gpred.get(c), '.3f')} | {cell(gerr.get(c), '+.1%')} |")
     lines += ["", "## Targets", "", "| target | native | step ms | tokens/s/GPU | MFU | vs H200 | gain | preliminary |",
               "|---|---|---|---|---|---|---|---|"]
     for r in rep.targets:

@@ -247,3 +247,71 @@ def test_timeline_summary_unions_overlapping_kernels():
     assert s["kernel_ms_by_class"] == pytest.approx({"quantize": 0.1, "gemm": 0.1, "other": 0.05})
     assert kernel_class("flash_fwd_kernel") == "attention" and s["top_kernels"][0]["calls"] == 1
     assert kernel_class("_dequantize_kernel") == "dequantize" and kernel_class("_epilogue_kernel") == "gemm"
+
+
+def test_timeline_regions_match_the_profile_ops():
+    """A Timeline step traces the same regions (same keys) as a Profiler step, so every
+    profiled op gets its GPU kernel time; on the CPU those times are 0 but the calls match."""
+    from fourcast.train.profile import Profiler, Timeline
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 32))
+    fc.convert(model, fc.recipe("ue5m3", keep_bf16_last=0))
+    model.append(torch.nn.Linear(32, 16))  # left in high precision: traced by hooks
+    x = torch.randn(32, 64)
+
+    def step():
+        model(x).square().sum().backward()
+
+    prof = Profiler(torch.device("cpu"))
+    prof.start_step(model)
+    step()
+    prof.stop_step(0, 1.0)
+    tl = Timeline(model)
+    tl.start()
+    step()
+    traced = {"step": 1, **tl.stop(1.0)}
+    regions = {k: r for k, r in traced["regions"].items() if k != "(unattributed)"}
+    assert regions and all(r["calls"] > 0 for r in regions.values())
+    report = prof.report(unprofiled_ms=1.0, context={}, timeline=traced)
+    kinds = {op["kind"] for op in report["ops"]}
+    assert {"gemm", "quantize"} <= kinds
+    drop = ("ms_per_call", "ms_per_step")  # same ops, same calls; the times differ
+    assert sorted(json.dumps({k: v for k, v in op.items() if k not in drop}, sort_keys=True) for op in report["gpu_ops"]) \
+        == sorted(json.dumps({k: v for k, v in op.items() if k not in drop}, sort_keys=True) for op in report["ops"])
+    assert report["gpu_time"]["step"] == 1
+
+
+def test_region_gpu_times_follow_each_launch_to_its_region():
+    """GPU work is counted for the innermost region open on the launching thread when its
+    launch call ran (runtime or driver API: Triton launches through cuLaunchKernelEx), not
+    by when it ran on the GPU; work launched outside every region is reported apart."""
+    from fourcast.train.profile import REGION_PREFIX, region_gpu_times
+
+    q, g = '{"kind": "quantize"}', '{"kind": "gemm"}'
+
+    def x(cat, name, ts, dur, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "tid": tid, "args": args}
+
+    keys = {REGION_PREFIX + "quantize::0": q, REGION_PREFIX + "gemm::1": g}
+    trace = {"traceEvents": [
+        x("user_annotation", REGION_PREFIX + "quantize::0", 0, 10),
+        x("user_annotation", REGION_PREFIX + "gemm::1", 20, 10, tid=2),  # the backward thread
+        x("user_annotation", REGION_PREFIX + "quantize::0", 40, 10),
+        x("cuda_driver", "cuLaunchKernelEx", 2, 1, correlation=1),
+        x("cuda_runtime", "cudaLaunchKernel", 21, 1, tid=2, correlation=2),
+        x("cuda_runtime", "cudaMemcpyAsync", 25, 1, tid=2, correlation=3),
+        x("cuda_runtime", "cudaLaunchKernel", 31, 1, tid=2, correlation=4),  # after the gemm range
+        x("cuda_driver", "cuLaunchKernelEx", 45, 1, correlation=5),
+        x("kernel", "_strip_kernel", 500, 70, correlation=1),  # runs long after its launch
+        x("kernel", "nvjet_gemm", 600, 300, correlation=2),
+        x("gpu_memcpy", "Memcpy DtoD", 900, 20, correlation=3),
+        x("kernel", "elementwise", 920, 5, correlation=4),
+        x("kernel", "_strip_kernel", 930, 30, correlation=5),
+        x("gpu_user_annotation", REGION_PREFIX + "gemm::1", 600, 400),  # GPU mirrors are not work
+        x("kernel", "_epilogue_kernel", 960, 10, correlation=6),  # no launch call in the trace:
+    ]}                                                            # by the mirror it runs in
+    r = region_gpu_times(trace, keys)
+    assert r[q] == pytest.approx({"calls": 2, "gpu_ms": 0.1})
+    assert r[g] == pytest.approx({"calls": 1, "gpu_ms": 0.33})
+    assert r["(unattributed)"] == pytest.approx({"calls": 1, "gpu_ms": 0.005, "by_gpu_span_ms": 0.01})

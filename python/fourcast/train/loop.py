@@ -289,6 +289,8 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
         bar = tqdm(total=t.steps, initial=start, desc=f"{recipe.name} {cfg.model_name}", unit="step", dynamic_ncols=True)
     refresh = recipe.tensor_scale_refresh
     timeline_step = int(os.environ.get(TIMELINE_ENV, "-1")) if device.type == "cuda" else -1
+    profile_at.discard(timeline_step)  # one tracer per step
+    traced = None  # the timeline step's summary: GPU kernel time per profiled op
     wall = time.perf_counter()
     try:
         for step in range(start, t.steps):
@@ -303,7 +305,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
                 capture.arm(step)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            timeline = Timeline() if step == timeline_step and rank == 0 else None
+            timeline = Timeline(model) if step == timeline_step and rank == 0 else None
             if timeline:
                 timeline.start()
             t0 = time.perf_counter()
@@ -326,7 +328,8 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
             dt = time.perf_counter() - t0
             if timeline:
                 try:
-                    run.write_json(run_dir / "timeline.json", {"step": step, **timeline.stop(dt * 1e3)})
+                    traced = {"step": step, **timeline.stop(dt * 1e3, run_dir / "timeline-trace.json.gz")}
+                    run.write_json(run_dir / "timeline.json", traced)
                 except Exception as exc:  # a diagnostic: never the reason a run fails
                     log(f"timeline of step {step} failed: {exc!r}")
             if profiled:
@@ -376,11 +379,12 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
             metrics.close()
     summary = {}
     if rank == 0:
-        summary = _finish(run_dir, cfg, recipe, model, summary_convert, device, world, profiler, time.perf_counter() - wall)
+        summary = _finish(run_dir, cfg, recipe, model, summary_convert, device, world, profiler, time.perf_counter() - wall,
+                          traced)
     return summary
 
 
-def _finish(run_dir, cfg, recipe, model, converted, device, world, profiler, wall_s) -> dict:
+def _finish(run_dir, cfg, recipe, model, converted, device, world, profiler, wall_s, traced=None) -> dict:
     train_lines, val_lines = run.read_metrics(run_dir)
     step_ms = run.median_step_ms(train_lines)
     if device.type == "cuda":
@@ -426,5 +430,6 @@ def _finish(run_dir, cfg, recipe, model, converted, device, world, profiler, wal
             "tokens_per_step": t.batch * t.seq,
             "world_size": world,
         }
-        run.write_json(run_dir / "profile.json", profiler.report(unprofiled_ms=step_ms, context=context))
+        run.write_json(run_dir / "profile.json", profiler.report(unprofiled_ms=step_ms, context=context,
+                                                                     timeline=traced))
     return summary
