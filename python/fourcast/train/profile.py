@@ -44,8 +44,9 @@ CUDA-event spans hold every wait of the GPU inside a region (for the host, on a 
 run 8's 125M ue5m3 quantize ops span 50 ms on one machine and 74 on another for 53 ms of
 GPU time); "gpu_ops" do not, so the hardware model is checked against them.
 "dequantize" ops exist only because Hopper has no FP4 MMA (emulation cost); on native
-hardware the GEMM consumes the packed operands. Communication is not separated: under
-DDP the gradient all-reduce overlaps the backward and shows up in "other".
+hardware the GEMM consumes the packed operands. Communication has no region: under DDP
+the gradient all-reduce overlaps the backward and its time is in "other"; a timeline
+step's "kernel_ms_by_class" names its GPU time ("communication": the NCCL kernels).
 """
 
 from __future__ import annotations
@@ -233,7 +234,8 @@ TIMELINE_ENV = "FOURCAST_TIMELINE_STEP"
 KERNEL_CLASSES = (("dequantize", ("_dequantize_kernel",)),
                   ("quantize", ("_strip_kernel", "_quantize_kernel", "_rowcol_kernel")),
                   ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "_split_kernel", "_epilogue_kernel")),
-                  ("attention", ("flash", "fmha", "attention")))
+                  ("attention", ("flash", "fmha", "attention", "sdpa")),
+                  ("communication", ("nccl",)))
 
 
 def kernel_class(name: str) -> str:
