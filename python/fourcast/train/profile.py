@@ -268,8 +268,6 @@ def timeline_summary(kernels: list[tuple[str, float, float]], wall_ms: float) ->
 
 
 REGION_PREFIX = "fc:"  # a timeline region's record_function name: the prefix, kind, layer, number
-
-
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")  # chrome-trace categories of GPU work
 LAUNCHES = ("cuda_runtime", "cuda_driver")  # host calls that enqueue it (Triton: cuLaunchKernelEx)
 
