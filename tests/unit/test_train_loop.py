@@ -4,6 +4,7 @@ resumed continues with bit-identical losses; profile and tensor capture; compare
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -317,3 +318,29 @@ def test_region_gpu_times_follow_each_launch_to_its_region():
     assert r[q] == pytest.approx({"calls": 2, "gpu_ms": 0.1})
     assert r[g] == pytest.approx({"calls": 1, "gpu_ms": 0.33})
     assert r["(unattributed)"] == pytest.approx({"calls": 1, "gpu_ms": 0.005, "by_gpu_span_ms": 0.01})
+
+
+def test_region_gpu_times_on_a_real_h200_trace():
+    """The attribution on a committed H200 trace (run 8, MoE ue5m3, torch 2.11): every
+    kernel reaches its launch call (Triton's through cuLaunchKernelEx), and the GPU time
+    per op kind equals the run's committed gpu_ops."""
+    import gzip
+
+    from fourcast.train.profile import REGION_PREFIX, region_gpu_times
+
+    run = pathlib.Path(__file__).resolve().parents[2] / "benchmarks/results/training-h200-run8/moe-125m/ue5m3"
+    trace = json.load(gzip.open(run / "timeline-trace.json.gz"))
+    names = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "user_annotation"
+             and e["name"].startswith(REGION_PREFIX)}
+    r = region_gpu_times(trace, {n: n for n in names})  # each name its own key: the kind is in it
+    assert r["(unattributed)"]["by_gpu_span_ms"] == 0.0  # no kernel without its launch call
+    by_kind: dict = {}
+    for name, slot in r.items():
+        if name != "(unattributed)":
+            kind = name.split(":")[1]
+            by_kind[kind] = by_kind.get(kind, 0.0) + slot["gpu_ms"]
+    committed: dict = {}
+    for op in json.loads((run / "profile.json").read_text())["gpu_ops"]:
+        committed[op["kind"]] = committed.get(op["kind"], 0.0) + op["ms_per_step"]
+    assert by_kind == pytest.approx(committed, rel=1e-9)
+    assert by_kind["quantize"] > 25 and by_kind["gemm"] > 20  # ms: the step's real work

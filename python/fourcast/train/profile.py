@@ -384,4 +384,5 @@ class Timeline(_Regions):
         # (H200, 125M ue5m3 step: 1,807 of the trace's 2,075 kernels, 134 of 185 ms).
         work = [(e["name"], float(e["ts"]), float(e["dur"])) for e in trace.get("traceEvents", [])
                 if e.get("ph") == "X" and e.get("cat") in GPU_WORK]
-        return {**timeline_summary(work, wall_ms), "regions": region_gpu_times(trace, {n: k for k, n in self.names.items()})}
+        return {**timeline_summary(work, wall_ms), "regions": region_gpu_times(trace, {n: k for k, n in self.names.items()}),
+                "trace_names": self.names}
