@@ -244,7 +244,7 @@ HOST_BOUND_IDLE = 0.25  # GPU idle fraction above which a run is reported as hos
 
 def _idle(run_dir: str | pathlib.Path, step_ms: float) -> float | None:
     """1 - (GPU busy ms of the traced step) / (the run's unprofiled step ms), when the run
-    recorded a timeline (FOURCAST_TIMELINE_STEP); kernel times are not inflated by the
+    recorded a timeline step; kernel times are not inflated by the
     profiler's host cost, the traced step's wall time is, hence the unprofiled step."""
     path = pathlib.Path(run_dir) / "timeline.json"
     if not path.is_file() or step_ms <= 0:

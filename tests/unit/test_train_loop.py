@@ -344,3 +344,17 @@ def test_region_gpu_times_on_a_real_h200_trace():
         committed[op["kind"]] = committed.get(op["kind"], 0.0) + op["ms_per_step"]
     assert by_kind == pytest.approx(committed, rel=1e-9)
     assert by_kind["quantize"] > 25 and by_kind["gemm"] > 20  # ms: the step's real work
+
+
+def test_the_timeline_step_is_picked_apart_from_the_profiled_ones():
+    from fourcast.train.profile import pick_timeline_step, sampled_steps
+
+    at = set(sampled_steps(0, 26, 3))
+    step = pick_timeline_step(None, 0, 26, at)
+    assert step not in at and 3 <= step < 26 and at == set(sampled_steps(0, 26, 3))
+    assert pick_timeline_step(None, 0, 26, set()) == -1  # profiling off: no trace unless asked
+    assert pick_timeline_step("off", 0, 26, at) == -1
+    chosen = set(at)
+    assert pick_timeline_step(str(sorted(at)[1]), 0, 26, chosen) == sorted(at)[1]
+    assert sorted(at)[1] not in chosen  # the asked step is traced, not also profiled
+    assert pick_timeline_step(None, 20, 22, {21}) == -1  # no free step past warm-up

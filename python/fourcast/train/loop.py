@@ -37,7 +37,7 @@ from fourcast.train.capture import TensorCapture
 from fourcast.train.config import RunConfig, TrainConfig, legacy_model_dict
 from fourcast.train.data import load_data
 from fourcast.train.model import Transformer
-from fourcast.train.profile import TIMELINE_ENV, Profiler, Timeline, sampled_steps
+from fourcast.train.profile import TIMELINE_ENV, Profiler, Timeline, pick_timeline_step, sampled_steps
 
 # Fields that may differ between a run and its resumption (everything else must match).
 RESUMABLE_FIELDS = ("steps", "progress", "eval_every", "ckpt_every", "profile_steps", "capture_every", "capture_rows")
@@ -288,8 +288,8 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
 
         bar = tqdm(total=t.steps, initial=start, desc=f"{recipe.name} {cfg.model_name}", unit="step", dynamic_ncols=True)
     refresh = recipe.tensor_scale_refresh
-    timeline_step = int(os.environ.get(TIMELINE_ENV, "-1")) if device.type == "cuda" else -1
-    profile_at.discard(timeline_step)  # one tracer per step
+    timeline_step = pick_timeline_step(os.environ.get(TIMELINE_ENV), start, t.steps, profile_at) \
+        if device.type == "cuda" and rank == 0 else -1
     traced = None  # the timeline step's summary: GPU kernel time per profiled op
     wall = time.perf_counter()
     try:
@@ -347,7 +347,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
                 "step_time_ms": dt * 1e3,
                 "tok_s": t.batch * t.seq * world / dt,
             }
-            if profiled:
+            if profiled or timeline:  # timed under a tracer: not a step-time sample
                 record["profiled"] = True
             losses = getattr(model, "last_losses", {})
             if losses.get("aux") is not None:

@@ -29,7 +29,7 @@ Schema "fourcast.profile/1":
     {"kind": "attention", "phase": "fwd"|"bwd", "B": 8, "H": 12, "T": 1024, "D": 64, ...timing},
     {"kind": "optimizer", "params": 124000000, ...timing}
   ],
-  # with FOURCAST_TIMELINE_STEP=N (CUDA): step N under torch.profiler
+  # CUDA: one further step under torch.profiler (pick_timeline_step; FOURCAST_TIMELINE_STEP=N)
   "gpu_time": {"step": N, "busy_ms": .., "outside_regions_ms": ..,  # GPU work launched outside every op
                "by_gpu_span_ms": .., "kernel_ms_by_class": {..}},
   "gpu_ops": [...]                          # step N's ops, schema of "ops", timing fields in
@@ -230,6 +230,18 @@ def gpu_times(timeline: dict) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- GPU timeline
 TIMELINE_ENV = "FOURCAST_TIMELINE_STEP"
+
+
+def pick_timeline_step(env: str | None, start: int, steps: int, profile_at: set[int]) -> int:
+    """The step a CUDA run traces for its ops' GPU time (-1: none). FOURCAST_TIMELINE_STEP
+    picks it ("off" or -1: none); unset, a profiled run traces the middle one of its steps
+    past warm-up that the CUDA-event profile does not sample (one tracer per step)."""
+    if env is not None:
+        step = -1 if env.strip().lower() in ("off", "-1", "") else int(env)
+        profile_at.discard(step)
+        return step
+    free = [s for s in range(start + 3, steps) if s not in profile_at] if profile_at else []
+    return free[len(free) // 2] if free else -1
 # The profile's classes: the emulated GEMM's scale epilogue is part of its GEMM region.
 KERNEL_CLASSES = (("dequantize", ("_dequantize_kernel",)),
                   ("quantize", ("_strip_kernel", "_quantize_kernel", "_rowcol_kernel")),
@@ -337,7 +349,7 @@ def region_gpu_times(trace: dict, keys: dict[str, str]) -> dict[str, dict]:
 
 
 class Timeline(_Regions):
-    """One step under torch.profiler (FOURCAST_TIMELINE_STEP=N picks step N), summarised to
+    """One step under torch.profiler (`pick_timeline_step` says which), summarised to
     run_dir/timeline.json by `timeline_summary`, with every fourcast region's GPU kernel
     time (`region_gpu_times`: the profile's ops, timed without host waits). Diagnostic: the
     profiler adds host time, so the step's wall time is not a timing sample; kernel times
