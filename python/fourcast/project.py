@@ -384,9 +384,10 @@ def markdown(rep: Report) -> str:
     lines = [f"# Projection of {rep.run} (recipe {rep.recipe}, {rep.tokens_per_step} tokens/step)", ""]
     gpu, gpred, gerr = rep.measured_gpu or {}, rep.h200_model_gpu or {}, rep.h200_error_gpu or {}
     lines += ["## H200: measured vs model (ms per step)", "",
-              "CUDA events time each op's region over the sampled steps (host waits included). GPU time is "
-              f"the kernels, copies and memsets each op launched in the timeline step ({rep.gpu_step}), "
-              "priced by the model for that step's ops: the check of a GPU model.", "",
+              "CUDA events time each op's region over the sampled steps (host waits included). "
+              + (f"GPU time is the kernels, copies and memsets each op launched in the timeline step ({rep.gpu_step}), "
+                 "priced by the model for that step's ops: the check of a GPU model." if rep.measured_gpu else
+                 "GPU time: not recorded (no timeline step in this run)."), "",
               "| class | events | model | error | GPU time | model | error |", "|---|---|---|---|---|---|---|"]
 
     def cell(v: float | None, fmt: str) -> str:

@@ -30,7 +30,8 @@ def project_cmd(
         return
     gpu, gpred, gerr = rep.measured_gpu or {}, rep.h200_model_gpu or {}, rep.h200_error_gpu or {}
     emit_table(
-        f"H200 measured vs model ({rep.recipe}; GPU time: timeline step {rep.gpu_step})",
+        f"H200 measured vs model ({rep.recipe}; GPU time: "
+        + (f"timeline step {rep.gpu_step})" if rep.measured_gpu else "not recorded)"),
         ["class", "events ms", "model ms", "error", "GPU ms", "model ms", "error"],
         [[c, rep.measured.get(c, 0.0), rep.h200_model.get(c, ""), f"{rep.h200_error[c]:+.1%}" if c in rep.h200_error else "",
           gpu.get(c, ""), gpred.get(c, ""), f"{gerr[c]:+.1%}" if c in gerr else ""]
