@@ -22,7 +22,7 @@ target's class time by the H200 measured/predicted ratio for the classes whose H
 measurement runs the same kind of kernel a target would (attention: fused SDPA;
 optimizer: torch AdamW). GEMMs and quantize passes are not corrected: on the H200 the
 GEMMs are emulated (dequantize + BF16 cuBLAS) and the quantizers are fourcast's Triton
-emulation kernels (host- and instruction-bound at small sizes, see
+emulation kernels (the SR ones instruction-bound, see
 benchmarks/results/kernels-h200.md), while a target runs native MMAs and vendor-grade
 quantization kernels; their H200 errors say how far the emulation is from an efficient
 implementation, not how wrong the target model is.
@@ -229,7 +229,7 @@ class Report:
     corrected: bool
     targets: list = field(default_factory=list)
     notes: list = field(default_factory=list)
-    gpu_idle_fraction: float | None = None  # 1 - GPU busy / step, from timeline.json if recorded
+    gpu_idle_fraction: float | None = None  # 1 - GPU busy / step, from the timeline step if recorded
     measured_gpu: dict | None = None  # GPU ms per class of the profile's timeline step (its "gpu_ops")
     h200_model_gpu: dict | None = None  # the model's H200 ms per class for the same ops
     h200_error_gpu: dict | None = None  # (model - GPU time) / GPU time per class
@@ -242,15 +242,12 @@ class Report:
 HOST_BOUND_IDLE = 0.25  # GPU idle fraction above which a run is reported as host-bound
 
 
-def _idle(run_dir: str | pathlib.Path, step_ms: float) -> float | None:
+def _idle(prof: dict, step_ms: float) -> float | None:
     """1 - (GPU busy ms of the traced step) / (the run's unprofiled step ms), when the run
     recorded a timeline step; kernel times are not inflated by the
     profiler's host cost, the traced step's wall time is, hence the unprofiled step."""
-    path = pathlib.Path(run_dir) / "timeline.json"
-    if not path.is_file() or step_ms <= 0:
-        return None
-    busy = json.loads(path.read_text()).get("gpu_busy_ms")
-    return None if busy is None else max(0.0, 1.0 - float(busy) / step_ms)
+    busy = (prof.get("gpu_time") or {}).get("busy_ms")
+    return None if busy is None or step_ms <= 0 else max(0.0, 1.0 - float(busy) / step_ms)
 
 
 def _other_ms(prof: dict) -> tuple[float, bool]:
@@ -324,12 +321,12 @@ def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterabl
     model_flops = model_flops_per_step(ops)
 
     rep = Report(run=str(run_dir), recipe=prof["recipe"], tokens_per_step=tokens, measured=measured_ms,
-                 h200_model=base_pred, h200_error=err, corrected=correct, gpu_idle_fraction=_idle(run_dir, step_ms),
+                 h200_model=base_pred, h200_error=err, corrected=correct, gpu_idle_fraction=_idle(prof, step_ms),
                  measured_gpu=gpu_ms, h200_model_gpu=gpu_pred, h200_error_gpu=_errors(gpu_pred, gpu_ms) if gpu_ms else None,
                  gpu_step=(prof.get("gpu_time") or {}).get("step"))
     if rep.gpu_idle_fraction is not None and rep.gpu_idle_fraction > HOST_BOUND_IDLE:
-        rep.notes.append(f"host-bound run: the GPU was idle {rep.gpu_idle_fraction:.0%} of the step (timeline.json "
-                         "kernel time against the unprofiled step); its CUDA-event op times include host waits, so "
+        rep.notes.append(f"host-bound run: the GPU was idle {rep.gpu_idle_fraction:.0%} of the step (the timeline "
+                         "step's GPU busy time against the unprofiled step); its CUDA-event op times include host waits, so "
                          "only the errors against GPU kernel time check the GPU model, and the targets' times "
                          "price the GPU work only")
     rep.notes.append("dequantize (emulation-only on Hopper) is dropped on every target")

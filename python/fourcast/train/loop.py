@@ -305,7 +305,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
                 capture.arm(step)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            timeline = Timeline(model) if step == timeline_step and rank == 0 else None
+            timeline = Timeline(model) if step == timeline_step else None  # rank 0 only: see pick above
             if timeline:
                 timeline.start()
             t0 = time.perf_counter()

@@ -99,14 +99,13 @@ pub struct Eff {
     pub attn_tile_cycles: f64,
 }
 
-/// Fitted costs of the measured runs' own execution (see `profile::Emulation`): one call of
-/// fourcast's Triton quantizer (emulation, host- and
-/// instruction-bound at small sizes): `call_s + elems * s_per_elem + rotated * (rht or
-/// strip_rht)_s_per_elem + stochastic * sr_s_per_elem` (SR draws one Philox4x32-10 per
-/// element and copy). A call without SR runs the strip kernel, which rotates in registers
-/// per column strip (`strip_rht_s_per_elem`); calls with SR (`rht_s_per_elem`) ran the
-/// split / transposing kernels in the fitted runs, and since session 4 run the strip
-/// kernel's narrower SR tile, measured within 2% of them (kernels-h200.md).
+/// Fitted costs of the measured runs' own execution (see `profile::Emulation`), in GPU
+/// time (the kernels an op launched, no host waits): one call of fourcast's Triton
+/// quantizer is `call_s + elems * s_per_elem + rotated * (rht or strip_rht)_s_per_elem +
+/// stochastic * sr_s_per_elem` (SR draws one Philox4x32-10 per element and copy). Both
+/// kinds of call run the strip kernel; a call with SR uses its narrower SR tile, which
+/// prices its rotation differently (`rht_s_per_elem`) from the plain tile
+/// (`strip_rht_s_per_elem`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulCost {
     pub call_s: f64,

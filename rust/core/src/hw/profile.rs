@@ -171,16 +171,16 @@ pub struct Profile {
 pub struct Emulation {
     pub triton_quant_call_us: Num,
     pub triton_quant_ns_per_elem: Num,
-    /// Per rotated element in calls with SR (split / transposing kernels).
+    /// Per rotated element in calls with SR (the strip kernel's SR tile).
     pub triton_quant_rht_ns_per_elem: Num,
-    /// Per rotated element in calls without SR (the strip kernel; absent: the SR kernels' price).
+    /// Per rotated element in calls without SR (the strip kernel's plain tile; absent: the SR price).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_strip_rht_ns_per_elem: Option<Num>,
     /// Per stochastically rounded element written (absent: 0, the session-2 fit had no SR term).
     #[serde(default)]
     pub triton_quant_sr_ns_per_elem: Option<Num>,
-    /// Fixed cost of one profiled eager torch GEMM call (host dispatch exposed in the
-    /// CUDA-event timing of a host-bound stream); ops opt in with `"impl": "torch-eager"`.
+    /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
+    /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
     /// Clock the profiled eager GEMMs ran at (absent: `chip.clock_ghz`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
