@@ -320,6 +320,82 @@ def strip_sweep():
     qk.CONFIG_OVERRIDE.pop("rowcol", None)
 
 
+# (rows, cols, warps) for the SR stream comparison: the default SR tile first.
+SR_STREAM_TILES = ((16, 32, 1), (16, 64, 1))
+
+
+@section("SR streams")
+def sr_stream():
+    """The strip kernel's two dY SR calls with rounding "sr" (a Philox per element) and
+    "sr4" (one per four elements, philox.py), at the SR tiles; 8192^2 and the 125M
+    model's 32768 x 4608 dY. Session 6's first call timed the same calls with the draw
+    written three ways (kernels-h200-session6.json: RNG 0/1/2)."""
+    qk.CONFIG_OVERRIDE["rowcol"] = "strip"
+    s16 = ref.rht_signs(16, "te").to(DEV)
+    for shape in (BIG, (32768, 4608)) if not SMOKE else (BIG,):
+        x = rand(shape)
+        amax = x.abs().amax().float()
+        for name, kw in (("dY ue5m3: decoded both", dict(fmt=F["ue5m3"])),
+                         ("dY nvfp4: decoded both, col RHT16", dict(fmt=F["nvfp4"], rht_col=(16, s16)))):
+            for tile in SR_STREAM_TILES if not SMOKE else SR_STREAM_TILES[:1]:
+                qk.CONFIG_OVERRIDE["strip"] = tile
+                for rounding in ("sr", "sr4"):
+                    label = f"{name}, {rounding}, tile {tile}"
+
+                    def call(x=x, rounding=rounding, kw=kw):
+                        return ops.rowcol_operands(x, rounding=rounding, seed=1, offset=2**32 - 3, tensor_amax=amax,
+                                                   tensor_amax_col=amax, outputs=("decoded", "decoded"), **kw)
+
+                    try:
+                        t = ms(call)
+                    except Exception as exc:
+                        RES["errors"].append(f"{label}: {exc!r}")
+                        continue
+                    frac = qbytes(*shape, 16, 2, True) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
+                    RES["quantizer"].append(dict(variant=f"sr_stream {label}", shape="x".join(map(str, shape)), ms=t,
+                                                 frac_copy=frac, rounding=rounding, tile=list(tile)))
+                    log(f"{label} {shape}: {t * 1e3:.1f} us {frac:.0%} of copy")
+            save()
+        # as training calls them: the tensor amaxes measured (two-level formats: the amax
+        # kernel first; MX: recorded by the quantize pass's own atomics)
+        qk.CONFIG_OVERRIDE.pop("strip", None)
+        for name, fmt in (("dY ue5m3", F["ue5m3"]), ("dY mxfp4", F["mxfp4"])):
+            for rounding in ("sr", "sr4"):
+                label = f"{name}: decoded both, {rounding}, amax measured"
+                try:
+                    t = ms(lambda x=x, fmt=fmt, rounding=rounding: ops.rowcol_operands(
+                        x, fmt, rounding=rounding, seed=1, outputs=("decoded", "decoded")))
+                except Exception as exc:
+                    RES["errors"].append(f"{label}: {exc!r}")
+                    continue
+                frac = qbytes(*shape, 16, 2, True) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
+                RES["quantizer"].append(dict(variant=f"sr_stream {label}", shape="x".join(map(str, shape)), ms=t,
+                                             frac_copy=frac, rounding=rounding))
+                log(f"{label} {shape}: {t * 1e3:.1f} us {frac:.0%} of copy")
+        save()
+        del x
+    for k in ("strip", "rowcol"):
+        qk.CONFIG_OVERRIDE.pop(k, None)
+
+
+@section("GEMM epilogue cost")
+def gemm_epilogue():
+    """What the emulated GEMM's FP32 output and tensor-scale pass cost over a bf16-out
+    cuBLAS GEMM, at the 125M model's MLP shapes (run 8: FP4 GEMMs 38 vs 27 ms a step)."""
+    shapes = ((32768, 4608, 768), (32768, 768, 4608), (4608, 768, 32768)) if not SMOKE else ((64, 64, 64),)
+    ts = torch.tensor([3.0], device=DEV)
+    for m, n, k in shapes:
+        a = rand((m, k))
+        b = rand((n, k)).t()
+        t_bf16 = ms(lambda: torch.mm(a, b))
+        t_f32 = ms(lambda: torch.mm(a, b, out_dtype=torch.float32))
+        t_epi = ms(lambda: gk.scale_epilogue(torch.mm(a, b, out_dtype=torch.float32), ts, ts, torch.bfloat16))
+        row = dict(shape=f"{m}x{n}x{k}", bf16_out_ms=t_bf16, f32_out_ms=t_f32, f32_out_epilogue_ms=t_epi,
+                   epilogue_ratio=t_epi / t_bf16)
+        RES.setdefault("gemm_epilogue", []).append(row)
+        log(row)
+
+
 def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
     """Top CUDA kernels of one QLinear fwd+bwd (torch.profiler), to see where it goes."""
     from fourcast import nn as fcnn
@@ -708,7 +784,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated section names to run")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
-    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, layer_profiles, peers,
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, gemm_epilogue,
+             layer_profiles, peers,
              gemm_bench, gemm_variants, qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]

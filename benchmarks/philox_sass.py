@@ -3,9 +3,11 @@ Triton's `tl.randint`, whose 32x32 -> 64 products compile to an IMAD.HI + IMAD p
 `philox_wide`, the same rounds written with u64 products, which ptxas turns into one
 IMAD.WIDE.U32 each. The bits are the same by construction; `--check` runs both under the
 Triton interpreter and compares them word for word (64-bit offsets included). The table
-is sm_90a SASS per draw (Triton's bundled ptxas + nvdisasm). Fewer instructions is not yet
-faster: IMAD.WIDE's issue rate decides, so time both on the GPU before adopting one
-(kernels-h200.md, session 5: the SR quantizer is instruction-bound on these draws).
+is sm_90a SASS per draw (Triton's bundled ptxas + nvdisasm). Fewer instructions was not
+faster: timed in the strip kernel's SR calls on the H200 (kernels-h200.md, session 6),
+philox_wide ran 1.19x slower at the default SR tile (724 vs 608 us at 8192^2, with 106
+registers against 78), so the kernels keep tl.rand; what cut the draws' cost was
+rounding "sr4" (one Philox per four elements).
 
     python benchmarks/philox_sass.py            # SASS per draw
     python benchmarks/philox_sass.py --check    # bit-equality under TRITON_INTERPRET=1

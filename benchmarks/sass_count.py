@@ -95,7 +95,7 @@ def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unsc
     br, bc, warps = sk.strip_config(spec.block, 0, rn_c, rounding == "sr", None, False)
     c = qk._constexprs(spec, rounding)
     mode = c.pop("MODE")
-    c.update(MODE_R=mode, MODE_C=mode, PASS=1, FUSE_AMAX=False, CODES_R_ON=codes[0], XHAT_R_ON=xhat[0],
+    c.update(MODE_R=mode, MODE_C=mode, FUSE_AMAX=False, CODES_R_ON=codes[0], XHAT_R_ON=xhat[0],
              CODES_C_ON=codes[1], XHAT_C_ON=xhat[1], UNSCALED=unscaled, RN_R=0, LOG2N_R=0, NORM_R=1.0,
              RN_C=rn_c, LOG2N_C=rn_c.bit_length() - 1 if rn_c else 0, NORM_C=qk.rht_norm(rn_c), RNE_BF16=False,
              BR=br, BC=bc)

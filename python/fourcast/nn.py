@@ -334,6 +334,7 @@ class QLinear(nn.Linear):
         d.update(
             fmts=fmts,
             sr={key: r.sr_on(key) for key in ROLES},
+            sr_rounding="sr4" if r.sr_stream == "x4" else "sr",
             rht_on={g: r.rht_on(g) for g in ("fprop", "dgrad", "wgrad")},
             rht=(r.rht["size"], r.rht["signs"], r.rht["seed"]),
             refresh=refresh,
@@ -467,7 +468,7 @@ class QLinear(nn.Linear):
             fmt=fmt,
             slot=slot,
             store=periodic and not stale,  # a refresh: keep the measured amax
-            rounding="sr" if c["sr"][key] else "rtne",
+            rounding=c["sr_rounding"] if c["sr"][key] else "rtne",
             seed=self._operand_seed(key),
             offset=operand_offset(key, t.numel()),
             rht=rht,
@@ -488,7 +489,7 @@ class QLinear(nn.Linear):
             cols=cols,
             fmt="+".join(fmt_name(p["fmt"]) for p in plans),
             rht=max((p["rht"][0] if p["rht"] else 0) for p in plans),
-            sr=any(p["rounding"] == "sr" for p in plans),
+            sr=any(p["rounding"] != "rtne" for p in plans),
             amax="+".join("given" if p["tensor_amax"] is not None else "measured" for p in plans),
             bytes_in=t.numel() * t.element_size(),
             fake=fake,

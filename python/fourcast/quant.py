@@ -29,7 +29,7 @@ from fourcast.errors import FormatError, ShapeError
 BlockSpec = Union[int, "tuple[int, int]"]
 
 PRESETS = ("mxfp4", "nvfp4", "ue5m3", "e1m2", "int4", "int4-sm")
-ROUNDINGS = ("rtne", "away", "sr")
+ROUNDINGS = ("rtne", "away", "sr", "sr4")
 _U64 = 1 << 64
 
 
@@ -259,9 +259,11 @@ def quantize(
     x: numpy float32/float64 or torch float32/bfloat16 (CPU), any shape with at least
     one axis (leading dims are flattened to rows); fmt: a preset name or a Format;
     axis: -1 (row-wise) or 0 (column-wise: the transposed copy); rounding: "rtne",
-    "away" or "sr" (Philox rand(seed, offset + element index in the quantized
-    layout)); scale_rule / block override the format's; tensor_amax replaces the
-    measured tensor amax (two-level rules: periodic refresh). NaN/Inf raise
+    "away", "sr" (Philox rand(seed, offset + element index i in the quantized
+    layout)) or "sr4" (the same rounding on the four-per-counter stream: word i % 4
+    of randint4x(seed, offset + i // 4), a quarter of the Philox work); scale_rule /
+    block override the format's; tensor_amax replaces the measured tensor amax
+    (two-level rules: periodic refresh). NaN/Inf raise
     NonFiniteError; a length along the block axis that is not a multiple of the
     block raises ShapeError (no padding).
 

@@ -87,3 +87,19 @@ def test_strip_tiles_sr(name, n, tile, monkeypatch):
     assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr", seed=6, offset=2**32 - 5)) == []
     want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=rht_c, seed=6, offset=2**32 - 5 + x.numel())
     assert testing.packed_diff(c, want_c) == []
+
+
+@pytest.mark.parametrize("name,n", [("ue5m3", 0), ("nvfp4", 16), ("ufp4", 16), ("mxfp4", 32)])
+def test_strip_sr4_real_size(name, n, monkeypatch):
+    """Rounding sr4 (one Philox per four elements) on both copies at the default SR tile:
+    the reference's bits, with and without a column RHT; and on the one-layout kernel."""
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
+    f = F[name]
+    rht_c = (n, ref.rht_signs(n, "te").to(DEV)) if n else None
+    x = testing.make_input("heavy", (2048, 1536), torch.bfloat16, DEV, seed=11)
+    r, c = qk.quantize_rowcol(x, f, f, "sr4", "sr4", 12, 2**32 - 9, None, rht_c)
+    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr4", seed=12, offset=2**32 - 9)) == []
+    want_c = ref.quantize(x, f, axis=0, rounding="sr4", rht=rht_c, seed=12, offset=2**32 - 9 + x.numel())
+    assert testing.packed_diff(c, want_c) == []
+    assert testing.packed_diff(qk.quantize(x, f, axis=0, rounding="sr4", seed=12, offset=5),
+                               ref.quantize(x, f, axis=0, rounding="sr4", seed=12, offset=5)) == []

@@ -45,6 +45,8 @@ def test_quantize_adversarial_inputs(kind):
 def test_quantize_bf16_fp16_inputs_odd_shapes_and_tensor_amax():
     x = testing.make_input("heavy", (3, 5, 96), torch.bfloat16, seed=3)  # R = 15: partial row tiles
     check(x, F["nvfp4"], rounding="sr", seed=1, offset=2**33 + 5)  # a 64-bit offset
+    check(x, F["nvfp4"], rounding="sr4", seed=1, offset=2**33 + 5)
+    check(testing.make_input("heavy", (64, 96), torch.bfloat16, seed=3), F["ue5m3"], rounding="sr4", seed=2, axis=0)
     check(x.half(), F["mxfp4"])
     check(x, F["ue5m3"], tensor_amax=0.25)  # periodic scale far below the data: saturation
     check(testing.make_input("random", (48, 32), seed=4), F["nvfp4-2d"], axis=0)
@@ -107,9 +109,24 @@ def test_outputs_fully_written_over_poison(monkeypatch):
 
 
 def test_triton_rand_equals_reference_stream():
-    off = 2**32 - 3
-    u = philox.rand(300, 42, off, device="cpu")
-    assert torch.equal(u, ref.uniform(42, torch.arange(300, dtype=torch.int64) + off))
+    for seed, off in ((42, 2**32 - 3), (0x1234_5678_9ABC_DEF0, 3 << 32)):
+        u = philox.rand(300, seed, off, device="cpu")
+        assert torch.equal(u, ref.uniform(seed, torch.arange(300, dtype=torch.int64) + off))
+
+
+def test_sr4_stream_in_both_orientations():
+    """"sr4": element i of a layout takes word i % 4 at counter offset + i // 4, in the
+    row layout and in the transposed (column) layout, tile (1, 1) of each."""
+    M, K, BM, BK, seed, off = 64, 96, 16, 32, 7, 2**32 - 2
+    out_r = torch.empty(BM, BK)
+    out_c = torch.empty(BM, BK)
+    philox._x4_tile_kernel[(1,)](out_r, out_c, seed, off, M, K, BM=BM, BK=BK)
+    want = ref.uniform_x4(seed, off, torch.arange(M * K, dtype=torch.int64))
+    assert torch.equal(out_r, want.view(M, K)[BM:2 * BM, BK:2 * BK])
+    want_t = ref.uniform_x4(seed, off, torch.arange(M * K, dtype=torch.int64)).view(K, M).t()
+    assert torch.equal(out_c, want_t[BM:2 * BM, BK:2 * BK])
+    words = ref.philox(seed, torch.tensor([off + 5]))
+    assert torch.equal(ref.uniform_x4(seed, off, torch.arange(20, 24)), ref._to_uniform(torch.cat(words)))
 
 
 def test_hadamard_equals_reference():

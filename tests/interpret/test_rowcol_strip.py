@@ -6,6 +6,7 @@ FP8 elements included), per-copy outputs, SR on either copy, RHTs along either a
 import pytest
 import torch
 
+from fourcast.errors import ShapeError
 from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
@@ -95,3 +96,28 @@ def test_strip_other_tiles(tile, monkeypatch):
     assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr", seed=4, offset=9)) == []
     want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=(16, ref.rht_signs(16, "te")), seed=4, offset=9 + x.numel())
     assert testing.packed_diff(c, want_c) == []
+
+
+@pytest.mark.parametrize("name,n", [("ue5m3", 0), ("nvfp4", 16), ("nvfp4-2d", 0), ("mxfp4", 32)])
+def test_strip_sr4(name, n):
+    """Rounding sr4 on both copies (the column copy's stream in its (C, R) layout): the
+    reference's bits, with and without a column RHT."""
+    f = F[name]
+    rht_c = (n, ref.rht_signs(n, "te")) if n else None
+    x = testing.make_input("heavy", (64, 96), torch.bfloat16, seed=5, fmt=f)
+    r, c = qk.quantize_rowcol(x, f, f, "sr4", "sr4", 3, 2**32 - 7, None, rht_c)
+    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr4", seed=3, offset=2**32 - 7)) == []
+    want_c = ref.quantize(x, f, axis=0, rounding="sr4", rht=rht_c, seed=3, offset=2**32 - 7 + x.numel())
+    assert testing.packed_diff(c, want_c) == []
+
+
+def test_transposing_rowcol_sr4_and_the_length_check(monkeypatch):
+    """The transposing kernel (per-tensor formats) draws sr4 too; a length that is not a
+    multiple of 4 is refused on the kernel path (the reference takes any length)."""
+    f = F["fp8"]
+    x = testing.make_input("heavy", (32, 64), torch.bfloat16, seed=6)
+    r, c = qk.quantize_rowcol(x, f, f, "sr4", "sr4", 4, 9, None, None)
+    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr4", seed=4, offset=9)) == []
+    assert testing.packed_diff(c, ref.quantize(x, f, axis=0, rounding="sr4", seed=4, offset=9 + x.numel())) == []
+    with pytest.raises(ShapeError, match="sr4"):
+        qk.quantize(testing.make_input("heavy", (8, 30), torch.bfloat16, seed=6), f, rounding="sr4")

@@ -43,6 +43,22 @@ def test_nvfp4_sr_bit_exact_to_the_rule(seed, offset):
     np.testing.assert_array_equal(q.codes, _pack(sr_e2m1_reference(y, u)))
 
 
+@pytest.mark.parametrize("seed,offset", [(7, 0), (2**63 + 1, 2**40 + 2)])
+def test_nvfp4_sr4_takes_four_words_per_counter(seed, offset):
+    """sr4: the same rounding rule; element i's uniform is word i % 4 at counter offset + i // 4."""
+    rng = np.random.default_rng(seed % 89)
+    x = (rng.standard_normal((8, 64)) * rng.lognormal(0, 1, (8, 1))).astype(F32)
+    q = fc.quantize(x, "nvfp4", rounding="sr4", seed=seed, offset=offset)
+    s = q.scales.view(ml_dtypes.float8_e4m3fn).astype(F32)
+    enc = np.minimum(F32(1) / (s * (F32(1) / F32(q.tensor_scale))), FLT_MAX)
+    y = np.clip(x * np.repeat(enc, 16, axis=1), -6, 6).astype(F32)
+    words = fc.philox(seed, offset + np.arange(x.size // 4, dtype=np.uint64)).reshape(-1)  # (counter, word) order
+    i = words.view(np.int32)
+    u = (np.where(i < 0, ~i, i).astype(F32) * F32(4.6566127342e-10)).reshape(x.shape)
+    np.testing.assert_array_equal(q.codes, _pack(sr_e2m1_reference(y, u)))
+    assert not np.array_equal(q.codes, fc.quantize(x, "nvfp4", rounding="sr", seed=seed, offset=offset).codes)
+
+
 def test_sr_offsets_follow_the_quantized_layout():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((32, 48)).astype(F32)

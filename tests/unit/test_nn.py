@@ -60,7 +60,7 @@ def _operand64(r, t, key, axis, tensor_amax=None):
         t,
         fmt,
         axis=axis,
-        rounding="sr" if r.sr_on(key) else "rtne",
+        rounding=("sr4" if r.sr_stream == "x4" else "sr") if r.sr_on(key) else "rtne",
         seed=fcnn.operand_seed(SEED, LAYER, STEP, key),
         offset=t.numel() if axis == 0 else 0,  # the column-wise copy's SR stream
         rht=rht,
@@ -111,6 +111,22 @@ def test_qlinear_is_exact_emulation(name):
         # The check is sharp: the unquantized product misses the bound by far.
         plain = gy.double().t() @ x.double()
         assert ((plain - exact).abs() / bound).max() > 100
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "ufp4"])
+def test_qlinear_sr4_stream_is_exact_emulation(name):
+    """sr_stream = "x4": the SR operands use rounding "sr4", and the layer still equals
+    the float64 product of its operands; the draws (so dw) differ from the default stream."""
+    r = fc.recipe(name, {"sr_stream": "x4"})
+    x, w, b, gy = _inputs(3)
+    y, dx, dw, _ = _run(_layer(r, w, b), x, gy)
+    ref = _reference(r, x, w, b, gy)
+    _assert_within(y, ref["y"], "y")
+    _assert_within(dx, ref["dx"], "dx")
+    _assert_within(dw, ref["dw"], "dw")
+    assert not torch.equal(dw, _run(_layer(fc.recipe(name), w, b), x, gy)[2])
+    with pytest.raises(fc.errors.RecipeError, match="sr_stream"):
+        fc.recipe(name, {"sr_stream": "x8"})
 
 
 @pytest.mark.parametrize("name", FOUR_BIT)

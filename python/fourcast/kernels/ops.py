@@ -232,7 +232,8 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", se
 
     fmt: a recipe TensorFormat dict (element, scale, block, tile_2d, rule).
     rounding: rtne | away | sr (SR uses Philox at (seed, element index in the quantized
-    layout + offset)). rht: None or (n, signs): rotate along the quantized axis first.
+    layout + offset)) | sr4 (SR on word i % 4 at counter offset + i // 4, i the
+    element index). rht: None or (n, signs): rotate along the quantized axis first.
     tensor_amax: a caller-supplied tensor amax (periodic refresh) instead of the measured.
 
     >>> import torch

@@ -1,13 +1,23 @@
-"""Triton side of fourcast's RNG: the uniform draw used by stochastic rounding.
+"""Triton side of fourcast's RNG: the uniform draws used by stochastic rounding.
 
 The stream is Triton's own `tl.rand` (Philox4x32-10, word 0, counter = (offset lo,
 offset hi, 0, 0), key = (seed lo, seed hi)): Triton >= 3.4 uses 32-bit Philox for
 64-bit offsets too (triton-lang/triton#6832), so 3.6 on the GPU machine and 3.9 here
 give the same bits, and reference.uniform reproduces them on CPU/CUDA with torch.
+
+Rounding "sr" (numerics.md section 4) draws one Philox per element: element i of the
+quantized layout takes word 0 at counter offset + i. Rounding "sr4" takes all four
+words of one counter for four consecutive elements: element i takes word i % 4 at
+counter offset + i // 4 (reference.uniform_x4, rng::rand_x4). The draws are the
+SR kernels' main cost (kernels-h200.md, session 6: an "sr4" dY call takes 0.54-0.62x
+the time of an "sr" one). Writing the rounds with u64 products (IMAD.WIDE instead of
+IMAD.HI + IMAD) cuts the SASS per draw from 64 to 51 but ran 1.19x slower: not used.
 """
 
 import triton
 import triton.language as tl
+
+UNIFORM = tl.constexpr(4.6566127342e-10)
 
 
 @triton.jit
@@ -16,6 +26,40 @@ def sr_uniform(seed, m, k, K, offset):
     seed, m * K + k + offset (int64, so any tensor size and base offset works)."""
     lin = m.to(tl.int64) * K + k + offset
     return tl.rand(seed, lin)
+
+
+@triton.jit
+def _to_uniform(x):
+    """tl.random.uint_to_uniform_float for u32: as i32, negatives -> ~x, times 2^-31-ish."""
+    x = x.to(tl.int32, bitcast=True)
+    return tl.where(x < 0, ~x, x).to(tl.float32) * UNIFORM
+
+
+@triton.jit
+def _interleave4(w0, w1, w2, w3):
+    """[.., n] x 4 -> [.., n, 4] with [.., j, i] = w_i[.., j] (in registers)."""
+    j = tl.join(tl.join(w0, w2), tl.join(w1, w3))  # [.., n, b, a] = w_(2b + a)
+    return tl.reshape(j, j.shape[:-2] + [4])
+
+
+@triton.jit
+def sr_uniform_x4(seed, m, k0, K, offset, BM: tl.constexpr, BK: tl.constexpr):
+    """"sr4" uniforms of the [BM, BK] tile of a (M, K) layout at rows m ([BM, 1]) and
+    columns k0 .. k0 + BK (k0 and K multiples of 4): counters (m * K + k) / 4 + offset."""
+    k4 = k0 // 4 + tl.arange(0, BK // 4)[None, :]
+    w0, w1, w2, w3 = tl.randint4x(seed, m.to(tl.int64) * (K // 4) + k4 + offset)
+    u = _interleave4(_to_uniform(w0), _to_uniform(w1), _to_uniform(w2), _to_uniform(w3))
+    return tl.reshape(u, (BM, BK))
+
+
+@triton.jit
+def sr_uniform_x4_t(seed, m0, k, M, offset, BM: tl.constexpr, BK: tl.constexpr):
+    """The same for the transposed layout: element (k, m) of a (K, M) layout, returned as
+    the [BM, BK] tile of its transpose (rows m0 .. m0 + BM, columns k ([1, BK]))."""
+    m4 = m0 // 4 + tl.arange(0, BM // 4)[:, None]
+    w0, w1, w2, w3 = tl.randint4x(seed, k.to(tl.int64) * (M // 4) + m4 + offset)  # [BM / 4, BK]
+    u = _interleave4(_to_uniform(w0), _to_uniform(w1), _to_uniform(w2), _to_uniform(w3))
+    return tl.reshape(tl.permute(u, (0, 2, 1)), (BM, BK))
 
 
 @triton.jit
@@ -33,3 +77,13 @@ def rand(n: int, seed: int, offset: int = 0, device="cuda"):
     out = torch.empty(n, dtype=torch.float32, device=device)
     _rand_kernel[(triton.cdiv(n, 1024),)](out, seed, offset, n, BLOCK=1024)
     return out
+
+
+@triton.jit
+def _x4_tile_kernel(OUT_R, OUT_C, seed, offset, M, K, BM: tl.constexpr, BK: tl.constexpr):
+    """Test helper: the "sr4" uniforms of tile (1, 1) of a (M, K) layout into OUT_R and of
+    its (K, M) transpose into OUT_C, both [BM, BK] in the (M, K) orientation."""
+    m = BM + tl.arange(0, BM)[:, None]
+    k = BK + tl.arange(0, BK)[None, :]
+    tl.store(OUT_R + (m - BM) * BK + (k - BK), sr_uniform_x4(seed, m, BK, K, offset, BM, BK))
+    tl.store(OUT_C + (m - BM) * BK + (k - BK), sr_uniform_x4_t(seed, BM, k, M, offset, BM, BK))

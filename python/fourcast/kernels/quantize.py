@@ -31,8 +31,9 @@ import torch
 import triton
 import triton.language as tl
 
+from fourcast.errors import ShapeError
 from fourcast.kernels import reference
-from fourcast.kernels.philox import sr_uniform
+from fourcast.kernels.philox import sr_uniform, sr_uniform_x4
 from fourcast.kernels.utils import (
     NAN_BYTE,
     SCALE_GRIDS,
@@ -50,6 +51,13 @@ from fourcast.kernels.utils import (
     parse_fmt,
 )
 
+
+def _check_sr4(rounding: str, k: int) -> None:
+    """The kernels draw "sr4" uniforms four columns at a time (philox.sr_uniform_x4)."""
+    if rounding == "sr4" and k % 4:
+        raise ShapeError(f"rounding sr4 on the GPU kernels needs the quantized length {k} to be a multiple of 4")
+
+
 def _cdiv(a: int, b: int) -> int:
     """ceil(a / b) for ints (triton.cdiv is a constexpr function: ~10x the host cost)."""
     return -(-a // b)
@@ -57,7 +65,7 @@ def _cdiv(a: int, b: int) -> int:
 
 SCALE_KIND = {"fp32": 0, "ue8m0": 1, "e4m3": 2, "ue5m3": 3}
 RULE_ID = {"floor": 0, "rceil": 1, "te": 2, "torchao": 3}
-ROUND_ID = {"rtne": 0, "away": 1, "sr": 2}
+ROUND_ID = {"rtne": 0, "away": 1, "sr": 2, "sr4": 3}  # 2, 3: SR (philox.py streams)
 
 
 # ------------------------------------------------------------------ jit helpers
@@ -297,15 +305,16 @@ def _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN: tl.constexpr, MBITS: tl.c
 
 
 @triton.jit
-def _quant_tile(y, m, k, M, K, amax, seed, offset,
+def _quant_tile(y, m, k, k0, M, K, amax, seed, offset,
                 EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
                 BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
                 SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
                 S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
                 NUM: tl.constexpr, NANB: tl.constexpr, MODE: tl.constexpr,
                 BM: tl.constexpr, BK: tl.constexpr, UNSCALED: tl.constexpr = False):
-    """Quantize an f32 [BM, BK] tile of the (M, K) layout along K (reference.quantize_layout).
-    Returns (codes int32 [BM, BK], x_hat f32 [BM, BK], scale bytes per block, tensor scale)."""
+    """Quantize an f32 [BM, BK] tile of the (M, K) layout along K (reference.quantize_layout);
+    k0: the tile's first column (k = k0 + 0 .. BK). Returns (codes int32 [BM, BK], x_hat f32
+    [BM, BK], scale bytes per block, tensor scale)."""
     PER_TENSOR: tl.constexpr = SCALE == 0
     s_enc, pts = _tensor_scales(amax, PER_TENSOR, RULE, NUM)
     if PER_TENSOR:
@@ -324,6 +333,8 @@ def _quant_tile(y, m, k, M, K, amax, seed, offset,
         ts = s_enc
     if MODE == 2:
         u = sr_uniform(seed, m, k, K, offset)
+    elif MODE == 3:
+        u = sr_uniform_x4(seed, m, k0, K, offset, BM, BK)
     else:
         u = y
     codes, xhat = _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, UNSCALED)
@@ -402,7 +413,7 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
             tl.store(ROT + m * K + k, y, mask=inb)
         amax = tl.load(AMAX_IN).to(tl.float32)
         codes, xhat, sbytes, ts = _quant_tile(
-            y, m, k, M, K, amax, seed, offset, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
+            y, m, k, tl.program_id(1) * BK, M, K, amax, seed, offset, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
             TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE, BM, BK, UNSCALED)
         if WRITE_CODES:
             _store_codes(CODES, codes, m, k, M, K, tl.program_id(1), BITS, BM, BK)
@@ -455,7 +466,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         amax_r = tl.load(AMAX_IN).to(tl.float32)
         amax_c = tl.load(AMAX_IN + 1).to(tl.float32)
         codes, xhat, sbytes, ts_r = _quant_tile(
-            yr, r, c, R, C, amax_r, seed, offset_r, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
+            yr, r, c, pid_c * BC, R, C, amax_r, seed, offset_r, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
             TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE_R, BR, BC, UNSCALED)
         if WRITE_CODES:
             _store_codes(CODES_R, codes, r, c, R, C, pid_c, BITS, BR, BC)
@@ -464,7 +475,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         if WRITE_XHAT:
             tl.store(XHAT_R + r * C + c, _cast_out(xhat, XHAT_R, RNE_BF16), mask=inb)
         codes, xhat, sbytes, ts_c = _quant_tile(
-            yc, mt, kt, C, R, amax_c, seed, offset_c, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
+            yc, mt, kt, pid_r * BR, C, R, amax_c, seed, offset_c, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
             TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE_C, BC, BR, UNSCALED)
         if WRITE_CODES:
             _store_codes(CODES_C, codes, mt, kt, C, R, pid_r, BITS, BC, BR)
@@ -663,6 +674,7 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
     """Run the amax pass (if needed) and the quantize pass. Returns a dict of outputs."""
     m, k, s_m, s_k = _layout(x, axis)
     check_layout(spec, m, k, rht)
+    _check_sr4(rounding, k)
     dev = x.device
     bm, bk, warps = config(spec, 0 if rht is None else rht[0], axis)
     signs, hmat, rscale, rn, log2n = _rht_args(rht, bk, dev, rht_impl)
@@ -791,6 +803,8 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     R, C = x.shape
     check_layout(spec, R, C, rht_r)
     check_layout(spec, C, R, rht_c)
+    _check_sr4(rounding_r, C)
+    _check_sr4(rounding_c, R)
     dev = x.device
     codes_on = (write_codes, write_codes) if isinstance(write_codes, bool) else tuple(write_codes)
     xhat_on = (write_xhat, write_xhat) if isinstance(write_xhat, bool) else tuple(write_xhat)
@@ -803,7 +817,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     rn = 0 if rht_r is None else rht_r[0]
     rnc = 0 if rht_c is None else rht_c[0]
     if route == "strip":
-        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, "sr" in (rounding_r, rounding_c),
+        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2,
                                            CONFIG_OVERRIDE.get("strip"), interpreting())
     else:
         br, bc, warps = rowcol_config(rn, rnc)
@@ -856,7 +870,13 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
         flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0])
         off = dict(WRITE_CODES=False, WRITE_XHAT=False)
     if fresh:
-        kernel[grid](*args, PASS=0, FUSE_AMAX=False, **off, **common)
+        if route == "strip":
+            br0, bc0, iters = strip.amax_config(br, bc, interpreting())
+            strip._strip_amax_kernel[(_cdiv(R, br0 * iters), _cdiv(C, bc0))](
+                x, amax_bits, sr_, sc_, R, C, RN_R=rn_r, LOG2N_R=l_r, NORM_R=rht_norm(rn_r), RN_C=rn_c, LOG2N_C=l_c,
+                NORM_C=rht_norm(rn_c), BR=br0, BC=bc0, ITERS=iters, num_warps=1)
+        else:
+            kernel[grid](*args, PASS=0, FUSE_AMAX=False, **off, **common)
         if any(a is not None for a in given):  # one copy's amax supplied, the other measured
             measured = amax_bits.view(torch.float32)
             amax_in = torch.stack([measured[i] if a is None else
@@ -864,7 +884,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
                                    for i, a in enumerate(given)])
             args = args[:8] + (amax_in,) + args[9:]
     fuse = not needs and all(a is None for a in given)
-    kernel[grid](*args, PASS=1, FUSE_AMAX=fuse, **flags, **common)
+    kernel[grid](*args, FUSE_AMAX=fuse, **flags, **common, **({} if route == "strip" else dict(PASS=1)))
     amax = amax_in if (needs and not fresh) or any(a is not None for a in given) else amax_bits.view(torch.float32)
     return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax)
 

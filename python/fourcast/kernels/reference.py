@@ -88,7 +88,17 @@ def philox(seed: int, offsets: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def uniform(seed: int, offsets: torch.Tensor) -> torch.Tensor:
     """tl.rand(seed, offsets): word 0 as i32, negatives to -x-1, to f32, times 2^-31ish."""
-    w = philox(seed, offsets)[0]
+    return _to_uniform(philox(seed, offsets)[0])
+
+
+def uniform_x4(seed: int, offset: int, index: torch.Tensor) -> torch.Tensor:
+    """Rounding "sr4": element `index` takes word index % 4 at counter offset + index // 4."""
+    index = index.to(torch.int64)
+    words = torch.stack(philox(seed, index // 4 + int(offset)), -1)
+    return _to_uniform(words.gather(-1, (index % 4).unsqueeze(-1)).squeeze(-1))
+
+
+def _to_uniform(w: torch.Tensor) -> torch.Tensor:
     w = torch.where(w >= 2**31, w - 2**32, w)
     w = torch.where(w < 0, -w - 1, w)
     return w.to(torch.float32) * torch.tensor(UNIFORM_SCALE, dtype=torch.float32)
@@ -151,7 +161,7 @@ def round_grid(a: torch.Tensor, g: Grid, mode: str, u: torch.Tensor | None = Non
         up = (frac > 0.5) | ((frac == 0.5) & odd)
     elif mode == "away":
         up = frac >= 0.5
-    elif mode == "sr":
+    elif mode in ("sr", "sr4"):
         up = u * step < a - n * step
     else:  # pragma: no cover - checked by callers
         raise FormatError(f"unknown rounding {mode!r}")
@@ -379,6 +389,8 @@ def quantize_layout(q: torch.Tensor, spec: Spec, rounding: str = "rtne", seed: i
     if rounding == "sr":
         lin = torch.arange(m * k, dtype=torch.int64, device=dev).reshape(m, k) + int(offset)
         u = uniform(seed, lin)
+    elif rounding == "sr4":
+        u = uniform_x4(seed, offset, torch.arange(m * k, dtype=torch.int64, device=dev).reshape(m, k))
     mag, _ = round_grid(y.abs(), g, rounding, u)
     neg = (f32_bits(y) >> 31) != 0
     if g.twos:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from fourcast.kernels.philox import sr_uniform
+from fourcast.kernels.philox import sr_uniform, sr_uniform_x4, sr_uniform_x4_t
 from fourcast.kernels.quantize import (
     _block_max,
     _block_scales,
@@ -84,6 +84,34 @@ def _col_expand(v, BR: tl.constexpr, BC: tl.constexpr, B: tl.constexpr):
 
 
 @triton.jit
+def _strip_amax_kernel(X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C, RN_R: tl.constexpr, LOG2N_R: tl.constexpr,
+                       NORM_R: tl.constexpr, RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
+                       BR: tl.constexpr, BC: tl.constexpr, ITERS: tl.constexpr):
+    """The amax pass of two-level formats: the two tensor amaxes (atomic max of |y| bits,
+    row copy at AMAX_BITS[0], column copy, after its RHT, at [1]). A program takes ITERS
+    row tiles and makes two atomics: every atomic hits the same two words, so with one
+    per [16, 32] tile they, not the read, set the time (0.6 ms of a 32768 x 4608 dY call,
+    training-h200.md run 9)."""
+    pid_r = tl.program_id(0)
+    c = tl.program_id(1) * BC + tl.arange(0, BC)[None, :]
+    m_r = tl.zeros((BR, BC), tl.int32)
+    m_c = tl.zeros((BR, BC), tl.int32)
+    for it in range(ITERS):
+        r = (pid_r * ITERS + it) * BR + tl.arange(0, BR)[:, None]
+        x = tl.load(X + r * C + c, mask=(r < R) & (c < C), other=0.0).to(tl.float32)
+        if RN_R > 0:
+            m_r = tl.maximum(m_r, tl.abs(_rht_cols(x, c, SIGNS_R, NORM_R, RN_R, LOG2N_R, BR, BC)).to(tl.int32, bitcast=True))
+        else:
+            m_r = tl.maximum(m_r, tl.abs(x).to(tl.int32, bitcast=True))
+        if RN_C > 0:
+            m_c = tl.maximum(m_c, tl.abs(_rht_rows(x, r, SIGNS_C, NORM_C, RN_C, LOG2N_C, BR, BC)).to(tl.int32, bitcast=True))
+        else:
+            m_c = tl.maximum(m_c, tl.abs(x).to(tl.int32, bitcast=True))
+    tl.atomic_max(AMAX_BITS, tl.max(tl.max(m_r, axis=1), axis=0))
+    tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(m_c, axis=1), axis=0))
+
+
+@triton.jit
 def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN, TS_OUT,
                   SIGNS_R, SIGNS_C, R, C, seed, offset_r, offset_c,
                   EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
@@ -91,14 +119,14 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
                   SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
                   S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
                   NUM: tl.constexpr, NANB: tl.constexpr, MODE_R: tl.constexpr, MODE_C: tl.constexpr,
-                  PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, CODES_R_ON: tl.constexpr,
+                  FUSE_AMAX: tl.constexpr, CODES_R_ON: tl.constexpr,
                   XHAT_R_ON: tl.constexpr, CODES_C_ON: tl.constexpr, XHAT_C_ON: tl.constexpr,
                   UNSCALED: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, NORM_R: tl.constexpr,
                   RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
                   RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
-    """See the module doc. PASS 0: the two tensor amaxes (atomic max of |y| bits, row
-    copy at AMAX_BITS[0], column copy at [1]); PASS 1: quantize and store what *_ON ask.
-    Program ids: rows fastest, so neighbouring programs fill the same transposed rows."""
+    """See the module doc: quantize and store what *_ON ask (the tensor amaxes from
+    AMAX_IN: _strip_amax_kernel's, or given; FUSE_AMAX: single-level formats record them
+    here). Program ids: rows fastest, so neighbouring programs fill the same transposed rows."""
     pid_r = tl.program_id(0)
     pid_c = tl.program_id(1)
     r = pid_r * BR + tl.arange(0, BR)[:, None]
@@ -113,70 +141,80 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
         yc = _rht_rows(x, r, SIGNS_C, NORM_C, RN_C, LOG2N_C, BR, BC)
     else:
         yc = x
-    if PASS == 0 or FUSE_AMAX:
+    if FUSE_AMAX:
         tl.atomic_max(AMAX_BITS, tl.max(tl.max(tl.abs(yr).to(tl.int32, bitcast=True), axis=1), axis=0))
         tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(tl.abs(yc).to(tl.int32, bitcast=True), axis=1), axis=0))
-    if PASS == 1:
-        s_r, p_r = _tensor_scales(tl.load(AMAX_IN).to(tl.float32), False, RULE, NUM)
-        s_c, p_c = _tensor_scales(tl.load(AMAX_IN + 1).to(tl.float32), False, RULE, NUM)
-        if CODES_R_ON or XHAT_R_ON:
-            bmax = _block_max(tl.abs(yr).to(tl.int32, bitcast=True), BR, BC, B, TILE2D)
-            sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
-                                              S_MIN, NANB)
-            if MODE_R == 2:
-                u = sr_uniform(seed, r, c, C, offset_r)
+    s_r, p_r = _tensor_scales(tl.load(AMAX_IN).to(tl.float32), False, RULE, NUM)
+    s_c, p_c = _tensor_scales(tl.load(AMAX_IN + 1).to(tl.float32), False, RULE, NUM)
+    if CODES_R_ON or XHAT_R_ON:
+        bmax = _block_max(tl.abs(yr).to(tl.int32, bitcast=True), BR, BC, B, TILE2D)
+        sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
+                                          S_MIN, NANB)
+        if MODE_R == 2:
+            u = sr_uniform(seed, r, c, C, offset_r)
+        elif MODE_R == 3:
+            u = sr_uniform_x4(seed, r, pid_c * BC, C, offset_r, BR, BC)
+        else:
+            u = yr
+        codes, xhat = _quant_elems(yr, _expand(mult, BR, BC, B, TILE2D), _expand(sv, BR, BC, B, TILE2D),
+                                   _expand(bad.to(tl.int32), BR, BC, B, TILE2D) != 0, s_r, u, EMIN, MBITS,
+                                   FIXED, TWOS, BITS, GMAX, MODE_R, UNSCALED)
+        if CODES_R_ON:
+            _store_codes(CODES_R, codes, r, c, R, C, pid_c, BITS, BR, BC)
+            _store_scales(SCALES_R, sb, R, C, pid_r, pid_c, B, TILE2D, BR, BC)
+        if XHAT_R_ON:
+            tl.store(XHAT_R + r * C + c, _cast_out(xhat, XHAT_R, RNE_BF16), mask=inb)
+    if CODES_C_ON or XHAT_C_ON:
+        bits_c = tl.abs(yc).to(tl.int32, bitcast=True)
+        if TILE2D:
+            bmax = _block_max(bits_c, BR, BC, 16, True)  # [BR/16, BC/16]: the same 16x16 tiles
+        else:
+            bmax = _col_max(bits_c, BR, BC, B)
+        sb, mult, sv, bad = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
+                                          S_MIN, NANB)
+        if TILE2D:
+            mult_e = _expand(mult, BR, BC, 16, True)
+            sv_e = _expand(sv, BR, BC, 16, True)
+            bad_e = _expand(bad.to(tl.int32), BR, BC, 16, True) != 0
+        else:
+            mult_e = _col_expand(mult, BR, BC, B)
+            sv_e = _col_expand(sv, BR, BC, B)
+            bad_e = _col_expand(bad.to(tl.int32), BR, BC, B) != 0
+        if MODE_C == 2:  # the column layout (C, R): element (c, r)
+            u = sr_uniform(seed, c, r, R, offset_c)
+        elif MODE_C == 3:
+            u = sr_uniform_x4_t(seed, pid_r * BR, c, R, offset_c, BR, BC)
+        else:
+            u = yc
+        codes, xhat = _quant_elems(yc, mult_e, sv_e, bad_e, s_c, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,
+                                   MODE_C, UNSCALED)
+        if CODES_C_ON:
+            if BITS == 4:  # rows 2i (low nibble) and 2i + 1 of a column share a byte
+                shift = tl.reshape(tl.where(tl.arange(0, 2) == 0, 0, 4), (1, 2, 1))
+                packed = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
+                i = pid_r * (BR // 2) + tl.arange(0, BR // 2)[:, None]
+                tl.store(CODES_C + c * (R // 2) + i, packed.to(tl.uint8), mask=(i < R // 2) & (c < C))
             else:
-                u = yr
-            codes, xhat = _quant_elems(yr, _expand(mult, BR, BC, B, TILE2D), _expand(sv, BR, BC, B, TILE2D),
-                                       _expand(bad.to(tl.int32), BR, BC, B, TILE2D) != 0, s_r, u, EMIN, MBITS,
-                                       FIXED, TWOS, BITS, GMAX, MODE_R, UNSCALED)
-            if CODES_R_ON:
-                _store_codes(CODES_R, codes, r, c, R, C, pid_c, BITS, BR, BC)
-                _store_scales(SCALES_R, sb, R, C, pid_r, pid_c, B, TILE2D, BR, BC)
-            if XHAT_R_ON:
-                tl.store(XHAT_R + r * C + c, _cast_out(xhat, XHAT_R, RNE_BF16), mask=inb)
-        if CODES_C_ON or XHAT_C_ON:
-            bits_c = tl.abs(yc).to(tl.int32, bitcast=True)
+                tl.store(CODES_C + c * R + r, codes.to(tl.uint8), mask=inb)
             if TILE2D:
-                bmax = _block_max(bits_c, BR, BC, 16, True)  # [BR/16, BC/16]: the same 16x16 tiles
+                j = pid_r * (BR // 16) + tl.arange(0, BR // 16)[:, None]
+                c16 = pid_c * (BC // 16) + tl.arange(0, BC // 16)[None, :]
+                tl.store(SCALES_C + c16 * (R // 16) + j, sb.to(tl.uint8), mask=(j < R // 16) & (c16 < C // 16))
             else:
-                bmax = _col_max(bits_c, BR, BC, B)
-            sb, mult, sv, bad = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
-                                              S_MIN, NANB)
-            if TILE2D:
-                mult_e = _expand(mult, BR, BC, 16, True)
-                sv_e = _expand(sv, BR, BC, 16, True)
-                bad_e = _expand(bad.to(tl.int32), BR, BC, 16, True) != 0
-            else:
-                mult_e = _col_expand(mult, BR, BC, B)
-                sv_e = _col_expand(sv, BR, BC, B)
-                bad_e = _col_expand(bad.to(tl.int32), BR, BC, B) != 0
-            if MODE_C == 2:  # the column layout (C, R): element (c, r)
-                u = sr_uniform(seed, c, r, R, offset_c)
-            else:
-                u = yc
-            codes, xhat = _quant_elems(yc, mult_e, sv_e, bad_e, s_c, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,
-                                       MODE_C, UNSCALED)
-            if CODES_C_ON:
-                if BITS == 4:  # rows 2i (low nibble) and 2i + 1 of a column share a byte
-                    shift = tl.reshape(tl.where(tl.arange(0, 2) == 0, 0, 4), (1, 2, 1))
-                    packed = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
-                    i = pid_r * (BR // 2) + tl.arange(0, BR // 2)[:, None]
-                    tl.store(CODES_C + c * (R // 2) + i, packed.to(tl.uint8), mask=(i < R // 2) & (c < C))
-                else:
-                    tl.store(CODES_C + c * R + r, codes.to(tl.uint8), mask=inb)
-                if TILE2D:
-                    j = pid_r * (BR // 16) + tl.arange(0, BR // 16)[:, None]
-                    c16 = pid_c * (BC // 16) + tl.arange(0, BC // 16)[None, :]
-                    tl.store(SCALES_C + c16 * (R // 16) + j, sb.to(tl.uint8), mask=(j < R // 16) & (c16 < C // 16))
-                else:
-                    j = pid_r * (BR // B) + tl.arange(0, BR // B)[:, None]
-                    tl.store(SCALES_C + c * (R // B) + j, sb.to(tl.uint8), mask=(j < R // B) & (c < C))
-            if XHAT_C_ON:
-                tl.store(XHAT_C + r * C + c, _cast_out(xhat, XHAT_C, RNE_BF16), mask=inb)
-        if (pid_r == 0) & (pid_c == 0):
-            tl.store(TS_OUT, s_r)
-            tl.store(TS_OUT + 1, s_c)
+                j = pid_r * (BR // B) + tl.arange(0, BR // B)[:, None]
+                tl.store(SCALES_C + c * (R // B) + j, sb.to(tl.uint8), mask=(j < R // B) & (c < C))
+        if XHAT_C_ON:
+            tl.store(XHAT_C + r * C + c, _cast_out(xhat, XHAT_C, RNE_BF16), mask=inb)
+    if (pid_r == 0) & (pid_c == 0):
+        tl.store(TS_OUT, s_r)
+        tl.store(TS_OUT + 1, s_c)
+
+
+def amax_config(br: int, bc: int, interpreting: bool) -> tuple[int, int, int]:
+    """(BR, BC, row tiles per program) of _strip_amax_kernel: the quantize tile's rows
+    (whole column blocks and column RHTs), at least 64 columns, 8 row tiles a program:
+    2048 programs for a 32768 x 4608 dY call where the SR tile has 295k."""
+    return br, max(bc, 64), 2 if interpreting else 8
 
 
 def strip_config(spec_block: int, rn_r: int, rn_c: int, sr: bool, override, interpreting: bool):

@@ -22,6 +22,7 @@ pub const RULES: [&str; 4] = ["floor", "rceil", "te", "torchao"];
 pub const SIGN_POLICIES: [&str; 3] = ["te", "per-layer", "per-step"];
 pub const LAYER_SETS: [&str; 3] = ["all", "mlp", "attn"];
 pub const PRECISIONS: [&str; 2] = ["bf16", "fp8"];
+pub const SR_STREAMS: [&str; 2] = ["element", "x4"];
 pub const PRESETS: [&str; 8] = [
     "bf16",
     "fp8",
@@ -86,6 +87,11 @@ pub struct Recipe {
     /// Operands ("gemm.role") rounded stochastically; all others use RTNE.
     #[serde(default)]
     pub sr: Vec<String>,
+    /// The SR uniforms' Philox stream: element (numerics.md section 4: one counter per
+    /// element, word 0; rounding "sr") | x4 (one counter per four consecutive elements,
+    /// all four words; rounding "sr4": the same rounding, a quarter of the Philox work).
+    #[serde(default = "element")]
+    pub sr_stream: String,
     /// Steps between refreshes of the FP32 tensor scale (1 = every step).
     #[serde(default = "one")]
     pub tensor_scale_refresh: u32,
@@ -110,6 +116,9 @@ fn one() -> u32 {
 }
 fn all() -> String {
     "all".into()
+}
+fn element() -> String {
+    "element".into()
 }
 fn bf16() -> String {
     "bf16".into()
@@ -153,6 +162,7 @@ impl Recipe {
             overrides: BTreeMap::new(),
             rht: no_rht(),
             sr: vec![],
+            sr_stream: element(),
             tensor_scale_refresh: 1,
             fp4_layers: all(),
             other_precision: bf16(),
@@ -299,6 +309,7 @@ impl Recipe {
                 return bad(format!("{who}: 2D tiles are 16x16, so block must be 16"));
             }
         }
+        check_name("sr_stream", &self.sr_stream, &SR_STREAMS)?;
         if ![0, 16, 32, 64, 128].contains(&self.rht.size) {
             return bad(format!(
                 "rht.size must be 0 (off), 16, 32, 64 or 128, got {}",
@@ -407,7 +418,7 @@ impl Recipe {
                 _ => {
                     return Err(Error::invalid(
                         Domain::Recipe,
-                        format!("no recipe field '{path}' (fields: name, x, w, dy, overrides, rht, sr, tensor_scale_refresh, fp4_layers, other_precision, keep_bf16_first, keep_bf16_last, quantize_head)"),
+                        format!("no recipe field '{path}' (fields: name, x, w, dy, overrides, rht, sr, sr_stream, tensor_scale_refresh, fp4_layers, other_precision, keep_bf16_first, keep_bf16_last, quantize_head)"),
                     ))
                 }
             };

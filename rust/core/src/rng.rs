@@ -59,6 +59,29 @@ pub fn rand(seed: u64, offset: u64) -> f32 {
     uint_to_uniform(randint(seed, offset))
 }
 
+/// Element `index` of the four-per-counter stream (SR mode "sr4"): word `index % 4`
+/// of `randint4x(seed, offset + index / 4)`, as a uniform. One Philox evaluation
+/// serves four consecutive elements of the quantized layout.
+#[inline]
+pub fn rand_x4(seed: u64, offset: u64, index: u64) -> f32 {
+    uint_to_uniform(randint4x(seed, offset.wrapping_add(index >> 2))[(index & 3) as usize])
+}
+
+/// `rand_x4(seed, offset, first + i)` for i in 0..out.len().
+pub fn rand_run_x4(seed: u64, offset: u64, first: u64, out: &mut [f32]) {
+    let mut i = 0;
+    while i < out.len() {
+        let index = first.wrapping_add(i as u64);
+        let words = randint4x(seed, offset.wrapping_add(index >> 2));
+        let mut w = (index & 3) as usize;
+        while w < 4 && i < out.len() {
+            out[i] = uint_to_uniform(words[w]);
+            w += 1;
+            i += 1;
+        }
+    }
+}
+
 /// `rand(seed, first + i)` for i in 0..out.len(), written into `out` (same bits as
 /// `rand`). Uses eight AVX2 lanes when the CPU has them.
 #[inline]
@@ -178,6 +201,24 @@ mod tests {
             ),
             [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
         );
+    }
+
+    #[test]
+    fn x4_stream_takes_four_words_per_counter() {
+        let (seed, offset) = (7u64, (1u64 << 32) - 2);
+        for first in [0u64, 1, 3, 6] {
+            let mut out = [0f32; 13];
+            rand_run_x4(seed, offset, first, &mut out);
+            for (i, &u) in out.iter().enumerate() {
+                let index = first + i as u64;
+                let words = randint4x(seed, offset + index / 4);
+                assert_eq!(
+                    u.to_bits(),
+                    uint_to_uniform(words[(index % 4) as usize]).to_bits()
+                );
+                assert_eq!(u.to_bits(), rand_x4(seed, offset, index).to_bits());
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! - rtne: up when r > half, or r == half and the kept part is odd;
 //! - away: up when r >= half (ties away from zero, microxcaling's "nearest");
 //! - sr:   up when u * step < |y| - lo, i.e. u * 2^drop < r (exact: both sides
-//!   are the same real numbers scaled by one power of two).
+//!   are the same real numbers scaled by one power of two);
+//! - sr4:  sr with the four-per-counter Philox stream (rng::rand_x4): the same
+//!   rounding, a quarter of the Philox evaluations.
 
 use crate::error::{Domain, Error, Result};
 
@@ -16,11 +18,13 @@ pub enum Rounding {
     Rtne,
     /// Round to nearest, ties away from zero.
     Away,
-    /// Stochastic rounding with a Philox uniform (rng.rs).
+    /// Stochastic rounding with a Philox uniform per element (rng::rand).
     Sr,
+    /// Stochastic rounding with the four-per-counter stream (rng::rand_x4).
+    Sr4,
 }
 
-pub const ROUNDING_NAMES: &[&str] = &["rtne", "away", "sr"];
+pub const ROUNDING_NAMES: &[&str] = &["rtne", "away", "sr", "sr4"];
 
 impl Rounding {
     pub fn parse(name: &str) -> Result<Self> {
@@ -28,6 +32,7 @@ impl Rounding {
             "rtne" | "rne" | "nearest-even" => Ok(Rounding::Rtne),
             "away" => Ok(Rounding::Away),
             "sr" | "stochastic" => Ok(Rounding::Sr),
+            "sr4" => Ok(Rounding::Sr4),
             _ => Err(Error::unknown(
                 Domain::Format,
                 "rounding",
@@ -42,7 +47,13 @@ impl Rounding {
             Rounding::Rtne => "rtne",
             Rounding::Away => "away",
             Rounding::Sr => "sr",
+            Rounding::Sr4 => "sr4",
         }
+    }
+
+    /// Either stochastic mode (they round alike; only the uniforms' stream differs).
+    pub fn is_stochastic(self) -> bool {
+        matches!(self, Rounding::Sr | Rounding::Sr4)
     }
 }
 
@@ -55,7 +66,7 @@ pub fn round_shift(m: u64, drop: u32, mode: Rounding, u: f32) -> u64 {
     }
     if drop >= 40 {
         // Kept part is 0 and r = m < 2^32 < half: only SR with u*2^drop < m rounds up.
-        let up = mode == Rounding::Sr && m > 0 && (u as f64) * pow2_f64(drop) < m as f64;
+        let up = mode.is_stochastic() && m > 0 && (u as f64) * pow2_f64(drop) < m as f64;
         return up as u64;
     }
     let q = m >> drop;
@@ -64,7 +75,7 @@ pub fn round_shift(m: u64, drop: u32, mode: Rounding, u: f32) -> u64 {
     let up = match mode {
         Rounding::Rtne => r > half || (r == half && q & 1 == 1),
         Rounding::Away => r >= half,
-        Rounding::Sr => (u as f64) * ((1u64 << drop) as f64) < r as f64,
+        Rounding::Sr | Rounding::Sr4 => (u as f64) * ((1u64 << drop) as f64) < r as f64,
     };
     q + up as u64
 }
@@ -91,6 +102,9 @@ mod tests {
         assert_eq!(round_shift(1, 60, Rounding::Sr, 0.0), 1);
         assert_eq!(round_shift(1, 60, Rounding::Sr, 1e-9), 0);
         assert_eq!(round_shift(1, 60, Rounding::Rtne, 0.0), 0);
+        assert_eq!(round_shift(9, 2, Rounding::Sr4, 0.24), 3);
+        assert_eq!(round_shift(1, 60, Rounding::Sr4, 0.0), 1);
+        assert_eq!(Rounding::parse("sr4").unwrap(), Rounding::Sr4);
         assert!(Rounding::parse("bogus").is_err());
     }
 }

@@ -532,11 +532,21 @@ fn fast_run<const N: usize>(
     out: &mut [u8],
 ) {
     let mut u = [0f32; N];
-    let sr = opts.rounding == Rounding::Sr;
+    let sr = opts.rounding.is_stochastic();
     if sr {
-        rng::rand_run(opts.seed, opts.offset.wrapping_add(idx as u64), &mut u);
+        draws(opts, idx, &mut u);
     }
     fast_fixed(el, sr, t.gmax, xs, &u, mult, out)
+}
+
+/// SR uniforms of elements idx.. of the quantized layout, from the rounding's stream.
+#[inline]
+fn draws(opts: &Options, idx: usize, u: &mut [f32]) {
+    if opts.rounding == Rounding::Sr4 {
+        rng::rand_run_x4(opts.seed, opts.offset, idx as u64, u);
+    } else {
+        rng::rand_run(opts.seed, opts.offset.wrapping_add(idx as u64), u);
+    }
 }
 
 /// Encode one run of elements (a block, or a tile row) into packed bytes; `idx` is
@@ -562,8 +572,8 @@ fn encode_run(
     // Generic path (ties away, other run lengths): the integer rounding of formats.rs.
     let mut u = [0f32; 32];
     let u = &mut u[..xs.len()];
-    if opts.rounding == Rounding::Sr {
-        rng::rand_run(opts.seed, opts.offset.wrapping_add(idx as u64), u);
+    if opts.rounding.is_stochastic() {
+        draws(opts, idx, u);
     }
     let g = t.gmax;
     for (j, o) in out.iter_mut().enumerate() {
@@ -841,7 +851,7 @@ pub fn dequantize(
 
 /// Codes of values with unit scale in one codec (elements saturate at +-gmax,
 /// wide and scale formats at their largest finite value). SR uses
-/// rand(seed, offset + i) for value i. NaN/Inf are refused.
+/// rand(seed, offset + i) for value i (sr4: rand_x4(seed, offset, i)). NaN/Inf are refused.
 pub fn encode_values(
     x: &[f32],
     codec: crate::formats::Codec,
@@ -862,6 +872,8 @@ pub fn encode_values(
             .map(|(i, &v)| {
                 let u = if mode == Rounding::Sr {
                     rng::rand(seed, offset.wrapping_add(i as u64))
+                } else if mode == Rounding::Sr4 {
+                    rng::rand_x4(seed, offset, i as u64)
                 } else {
                     0.0
                 };
