@@ -58,14 +58,15 @@ def profile(recipe: str) -> dict:
 
 
 def quant_features(q: dict) -> list[float]:
-    """[1, elements written, rotated with SR, rotated without SR (strip kernel), stochastically
-    rounded] of a quantize op, as Rust counts them."""
+    """[1, elements written, rotated with SR, rotated without SR (strip kernel), rounded "sr",
+    rounded "sr4"] of a quantize op, as Rust counts them."""
     n = float(q["numel"])
     copies = [2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"]]
     rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o["rht"] > 0)
-    stochastic = n * sum(c for c, o in zip(copies, q["outputs"]) if o.get("sr"))
-    strip = stochastic == 0
-    return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, stochastic]
+    sr = n * sum(c for c, o in zip(copies, q["outputs"]) if o.get("sr") and not o.get("sr4"))
+    sr4 = n * sum(c for c, o in zip(copies, q["outputs"]) if o.get("sr") and o.get("sr4"))
+    strip = sr + sr4 == 0
+    return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, sr, sr4]
 
 
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,16 +154,21 @@ def write_toml(values: dict) -> None:
 
 
 def main() -> None:
-    global RUNS, MEASURE
+    global RUNS, MEASURE, RECIPES, QUANT_FIT, QUANT_HELD_OUT, ATTN_FIT
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(RUNS), help="folder of profiled runs to fit on")
     ap.add_argument("--check-runs", nargs="+", default=[str(ROOT / "benchmarks/results/training-h200-run2")],
                     help="folders of runs of another size/shape, priced with the fitted terms (all held out)")
     ap.add_argument("--measure", choices=("events", "gpu"), default="events",
                     help="fit against CUDA-event spans or GPU kernel time")
+    ap.add_argument("--quant-fit", default=",".join(QUANT_FIT),
+                    help="comma-separated runs of --runs whose quantize ops are fitted (the other FP4 runs are held out)")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     args = ap.parse_args()
     RUNS, MEASURE = pathlib.Path(args.runs), args.measure
+    RECIPES = ATTN_FIT = tuple(p.name for p in sorted(RUNS.iterdir()) if (p / "profile.json").is_file())
+    QUANT_FIT = tuple(args.quant_fit.split(","))
+    QUANT_HELD_OUT = tuple(r for r in RECIPES if r not in QUANT_FIT and r not in GEMM_FIT)
     hw = fchw.load("h200")
     tile = round(fit_attention(hw), -1)
     hw = hw.set("efficiency.attention_tile_cycles", tile)
@@ -171,15 +177,16 @@ def main() -> None:
     hw = hw.set("emulation.torch_eager_call_us", eager)
     c = fit_quant()
     call_us = round(c[0] * 1e6, 2)
-    ns, rht_ns, strip_ns, sr_ns = (round(v * 1e9, 5) for v in c[1:])
+    ns, rht_ns, strip_ns, sr_ns, sr4_ns = (round(v * 1e9, 5) for v in c[1:])
     quant = {"triton_quant_call_us": call_us, "triton_quant_ns_per_elem": ns, "triton_quant_rht_ns_per_elem": rht_ns,
-             "triton_quant_strip_rht_ns_per_elem": strip_ns, "triton_quant_sr_ns_per_elem": sr_ns}
+             "triton_quant_strip_rht_ns_per_elem": strip_ns, "triton_quant_sr_ns_per_elem": sr_ns,
+             "triton_quant_sr4_ns_per_elem": sr4_ns}
     for key, v in quant.items():
         hw = hw.set(f"emulation.{key}", v)
     print(f"attention_tile_cycles {tile:.0f}; torch_eager_call_us {eager:.2f} (eager GEMM clock "
           f"{hw.data['emulation']['torch_eager_gemm_clock_ghz']['value']} GHz; alone it would take {clock:.3f}); "
           f"triton quant: {call_us:.2f} us/call, {ns:.5f} ns/elem, rht {rht_ns:.5f} (SR kernels) / "
-          f"{strip_ns:.5f} (strip), sr {sr_ns:.5f} ns/elem")
+          f"{strip_ns:.5f} (strip), sr {sr_ns:.5f}, sr4 {sr4_ns:.5f} ns/elem")
     role = {"gemm": GEMM_FIT, "quantize": QUANT_FIT, "attention": ATTN_FIT}
     print(f"fit folder {RUNS.name}:")
     for r, row in errors(hw).items():

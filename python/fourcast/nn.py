@@ -490,6 +490,7 @@ class QLinear(nn.Linear):
             fmt="+".join(fmt_name(p["fmt"]) for p in plans),
             rht=max((p["rht"][0] if p["rht"] else 0) for p in plans),
             sr=any(p["rounding"] != "rtne" for p in plans),
+            sr4=any(p["rounding"] == "sr4" for p in plans),
             amax="+".join("given" if p["tensor_amax"] is not None else "measured" for p in plans),
             bytes_in=t.numel() * t.element_size(),
             fake=fake,

@@ -107,13 +107,17 @@ def _model_of(prof: dict) -> dict | None:
 
 
 def _copy_rounding(op: dict, key: str, recipe: dict | None) -> dict:
-    """RHT size and SR of one quantized copy ("gemm.role"): from the run's recipe when the
-    run folder has it (a fused op's RHT may apply to one copy only), else the op's flags."""
+    """RHT size and SR (and its stream: "sr4" draws a Philox per four elements) of one
+    quantized copy ("gemm.role"): from the run's recipe when the run folder has it (a fused
+    op's RHT may apply to one copy only), else the op's flags."""
     if recipe is None:
-        return {"rht": int(op.get("rht", 0) or 0), "sr": bool(op.get("sr", False))}
+        sr = bool(op.get("sr", False))
+        return {"rht": int(op.get("rht", 0) or 0), "sr": sr, "sr4": sr and bool(op.get("sr4", False))}
     rht = recipe["rht"]
     gemm = key.partition(".")[0]
-    return {"rht": int(rht["size"]) if gemm in rht["gemms"] else 0, "sr": key in recipe["sr"]}
+    sr = key in recipe["sr"]
+    return {"rht": int(rht["size"]) if gemm in rht["gemms"] else 0, "sr": sr,
+            "sr4": sr and recipe.get("sr_stream") == "x4"}
 
 
 def model_ops(prof: dict) -> list[tuple[str, dict, float]]:

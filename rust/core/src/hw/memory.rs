@@ -74,6 +74,9 @@ pub struct QuantOut {
     /// RHT size applied before quantizing this output (0 = none).
     pub rht: u32,
     pub sr: bool,
+    /// SR uniforms four per Philox evaluation (rounding "sr4"): priced apart only by the
+    /// emulation (native software SR is costed at 16 random bits per element either way).
+    pub sr4: bool,
     /// 2 when a transposed copy is written too (TN-only MMA with shared data).
     pub copies: u32,
     /// UE5M3 scales re-encoded as E4M3 + tensor scale afterwards.
@@ -87,6 +90,7 @@ impl QuantOut {
             container: fmt.elem,
             rht: 0,
             sr: false,
+            sr4: false,
             copies: 1,
             scale_conv: false,
         }

@@ -77,6 +77,9 @@ pub struct QuantOutSpec {
     pub rht: u32,
     #[serde(default)]
     pub sr: bool,
+    /// With `sr`: rounding "sr4" (the four-per-counter Philox stream).
+    #[serde(default)]
+    pub sr4: bool,
     /// Also write a transposed copy (TN-only MMA consuming the same data along the other dim).
     #[serde(default)]
     pub transposed_copy: bool,
@@ -196,20 +199,26 @@ fn emulated_quant_s(
                 .filter(|o| o.rht > 0)
                 .map(|o| numel * o.copies as f64)
                 .sum();
-            let stochastic: f64 = outs
-                .iter()
-                .filter(|o| o.sr)
-                .map(|o| numel * o.copies as f64)
-                .sum();
+            let stochastic = |four: bool| -> f64 {
+                outs.iter()
+                    .filter(|o| o.sr && o.sr4 == four)
+                    .map(|o| numel * o.copies as f64)
+                    .sum()
+            };
+            let (stochastic, stochastic4) = (stochastic(false), stochastic(true));
             // The kernel that runs (kernels/quantize.py rowcol_route): the strip kernel
             // unless a copy uses SR; each prices its rotation differently.
-            let rht_s = if stochastic > 0.0 {
+            let rht_s = if stochastic + stochastic4 > 0.0 {
                 e.rht_s_per_elem
             } else {
                 e.strip_rht_s_per_elem
             };
             Ok(Some(
-                e.call_s + elems * e.s_per_elem + rotated * rht_s + stochastic * e.sr_s_per_elem,
+                e.call_s
+                    + elems * e.s_per_elem
+                    + rotated * rht_s
+                    + stochastic * e.sr_s_per_elem
+                    + stochastic4 * e.sr4_s_per_elem,
             ))
         }
         Some(other) => Err(Error::unknown(
@@ -469,6 +478,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                     container,
                     rht: o.rht,
                     sr: o.sr,
+                    sr4: o.sr && o.sr4,
                     copies: if o.transposed_copy { 2 } else { 1 },
                     scale_conv: false,
                 });

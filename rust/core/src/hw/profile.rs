@@ -179,6 +179,10 @@ pub struct Emulation {
     /// Per stochastically rounded element written (absent: 0, the session-2 fit had no SR term).
     #[serde(default)]
     pub triton_quant_sr_ns_per_elem: Option<Num>,
+    /// Per element written with rounding "sr4" (a Philox per four elements; absent: the
+    /// "sr" price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_sr4_ns_per_elem: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
@@ -384,6 +388,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_strip_rht_ns_per_elem",
                         &em.triton_quant_strip_rht_ns_per_elem,
+                    ),
+                    (
+                        "emulation.triton_quant_sr4_ns_per_elem",
+                        &em.triton_quant_sr4_ns_per_elem,
                     ),
                 ]
                 .into_iter()

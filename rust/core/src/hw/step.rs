@@ -115,6 +115,8 @@ pub struct LinearFormats {
     /// RHT size per GEMM (fprop, dgrad, wgrad); 0 = none.
     pub rht: [u32; 3],
     pub sr: [bool; 6],
+    /// The recipe's SR uniforms come four per Philox (sr_stream = "x4", rounding "sr4").
+    pub sr4: bool,
     pub refresh: u32,
 }
 
@@ -131,6 +133,7 @@ impl LinearFormats {
             ops,
             rht: [size("fprop"), size("dgrad"), size("wgrad")],
             sr,
+            sr4: r.sr_stream == "x4",
             refresh: r.tensor_scale_refresh,
         })
     }
@@ -158,6 +161,7 @@ impl LinearFormats {
             ops,
             rht: [0; 3],
             sr: [false; 6],
+            sr4: false,
             refresh: 1,
         }
     }
@@ -223,6 +227,7 @@ fn use_out(
         container: pl.container,
         rht: f.rht[gemm],
         sr: f.sr[idx],
+        sr4: f.sr[idx] && f.sr4,
         copies: 1,
         scale_conv: pl.conv == Conv::ScaleToE4m3,
     })

@@ -550,6 +550,11 @@ fn emulated_quantizer_prices_each_stochastic_copy() {
     let sr = op_time(&h, &parse_op(&op("true")).unwrap()).unwrap();
     let extra = sr.detail["emulation_s"] - rtne.detail["emulation_s"];
     assert!((extra - 3e7 * e.sr_s_per_elem).abs() <= 1e-12, "{extra}");
+    // "sr4" (a Philox per four elements) has its own, smaller term.
+    assert!(e.sr4_s_per_elem > 0.0 && e.sr4_s_per_elem < e.sr_s_per_elem);
+    let sr4 = op_time(&h, &parse_op(&op(r#"true, "sr4": true"#)).unwrap()).unwrap();
+    let extra4 = sr4.detail["emulation_s"] - rtne.detail["emulation_s"];
+    assert!((extra4 - 3e7 * e.sr4_s_per_elem).abs() <= 1e-12, "{extra4}");
 }
 
 #[test]
