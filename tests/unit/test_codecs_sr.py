@@ -73,12 +73,13 @@ def test_sr_offsets_follow_the_quantized_layout():
     np.testing.assert_array_equal(whole.codes[:, 8:], tail.codes)
 
 
+@pytest.mark.parametrize("rounding", ["sr", "sr4"])
 @pytest.mark.parametrize("codec", ["e2m1", "e1m2", "int4-sm", "e4m3", "ue5m3"])
-def test_sr_within_one_grid_step(codec):
+def test_sr_within_one_grid_step(codec, rounding):
     rng = np.random.default_rng(2)
     top = float(decode(np.array([0x7E if codec in ("e4m3",) else (0xFE if codec == "ue5m3" else 7)], np.uint8), codec)[0])
     x = rng.uniform(0 if codec == "ue5m3" else -top, top, 20000).astype(F32)
-    down = decode(encode(x, codec, rounding="sr", seed=0, offset=0), codec)
+    down = decode(encode(x, codec, rounding=rounding, seed=0, offset=0), codec)
     rtne = decode(encode(x, codec), codec)
     grid = np.unique(np.abs(decode(np.arange(256 if codec in ("e4m3", "ue5m3") else 16, dtype=np.uint8), codec)))
     grid = grid[np.isfinite(grid)]
@@ -90,11 +91,12 @@ def test_sr_within_one_grid_step(codec):
     assert np.any(np.abs(down) != np.abs(rtne))  # SR is not RTNE
 
 
-def test_sr_mean_converges_and_is_unbiased():
+@pytest.mark.parametrize("rounding", ["sr", "sr4"])
+def test_sr_mean_converges_and_is_unbiased(rounding):
     values = np.array([0.3, 0.8, 1.1, 2.2, 3.7, 4.9, -5.5, -0.1], F32)
     n = 20000
     x = np.repeat(values, n)
-    codes = encode(x, "e2m1", rounding="sr", seed=11, offset=0)
+    codes = encode(x, "e2m1", rounding=rounding, seed=11, offset=0)
     means = decode(codes, "e2m1").reshape(len(values), n).astype(np.float64).mean(axis=1)
     rtne = decode(encode(values, "e2m1"), "e2m1")
     err_mean = np.abs(means - values)
@@ -104,12 +106,24 @@ def test_sr_mean_converges_and_is_unbiased():
     assert np.all(err_mean[inexact] < np.abs(rtne - values)[inexact])
 
 
-def test_sr_seeds():
+def test_sr4_words_of_one_counter_round_independently():
+    """sr4 gives four consecutive elements the four words of one Philox counter: at
+    p(up) = 1/2 (0.25 between E2M1's 0 and 0.5) each pair of them rounds up together a
+    quarter of the time, as independent draws would."""
+    codes = encode(np.full(160000, 0.25, F32), "e2m1", rounding="sr4", seed=3, offset=0)
+    up = (decode(codes, "e2m1") == 0.5).reshape(-1, 4)
+    assert abs(up.mean() - 0.5) < 0.01
+    for i, j in ((0, 1), (0, 3), (1, 2), (2, 3)):
+        assert abs((up[:, i] & up[:, j]).mean() - 0.25) < 0.01, (i, j)
+
+
+@pytest.mark.parametrize("rounding", ["sr", "sr4"])
+def test_sr_seeds(rounding):
     x = np.random.default_rng(3).standard_normal((16, 64)).astype(F32)
-    a = fc.quantize(x, "nvfp4", rounding="sr", seed=1)
-    b = fc.quantize(x, "nvfp4", rounding="sr", seed=1)
-    c = fc.quantize(x, "nvfp4", rounding="sr", seed=2)
-    d = fc.quantize(x, "nvfp4", rounding="sr", seed=1, offset=1)
+    a = fc.quantize(x, "nvfp4", rounding=rounding, seed=1)
+    b = fc.quantize(x, "nvfp4", rounding=rounding, seed=1)
+    c = fc.quantize(x, "nvfp4", rounding=rounding, seed=2)
+    d = fc.quantize(x, "nvfp4", rounding=rounding, seed=1, offset=1)
     np.testing.assert_array_equal(a.codes, b.codes)
     assert np.any(a.codes != c.codes)
     assert np.any(a.codes != d.codes)

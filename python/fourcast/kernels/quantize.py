@@ -861,14 +861,12 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
         args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
                 int(seed), int(offset), int(offset) + R * C)
         flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
-        off = dict(CODES_R_ON=False, XHAT_R_ON=False, CODES_C_ON=False, XHAT_C_ON=False)
     else:
         kernel = _rowcol_kernel
         common.update(RN_C=rn_c, LOG2N_C=l_c, NORM_C=rht_norm(rn_c))
         args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
                 int(seed), int(offset), int(offset) + R * C, scale_r, scale_c)
-        flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0])
-        off = dict(WRITE_CODES=False, WRITE_XHAT=False)
+        flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0], PASS=1)
     if fresh:
         if route == "strip":
             br0, bc0, iters = strip.amax_config(br, bc, interpreting())
@@ -876,7 +874,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
                 x, amax_bits, sr_, sc_, R, C, RN_R=rn_r, LOG2N_R=l_r, NORM_R=rht_norm(rn_r), RN_C=rn_c, LOG2N_C=l_c,
                 NORM_C=rht_norm(rn_c), BR=br0, BC=bc0, ITERS=iters, num_warps=1)
         else:
-            kernel[grid](*args, PASS=0, FUSE_AMAX=False, **off, **common)
+            kernel[grid](*args, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False, **common)
         if any(a is not None for a in given):  # one copy's amax supplied, the other measured
             measured = amax_bits.view(torch.float32)
             amax_in = torch.stack([measured[i] if a is None else
@@ -884,7 +882,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
                                    for i, a in enumerate(given)])
             args = args[:8] + (amax_in,) + args[9:]
     fuse = not needs and all(a is None for a in given)
-    kernel[grid](*args, FUSE_AMAX=fuse, **flags, **common, **({} if route == "strip" else dict(PASS=1)))
+    kernel[grid](*args, FUSE_AMAX=fuse, **flags, **common)
     amax = amax_in if (needs and not fresh) or any(a is not None for a in given) else amax_bits.view(torch.float32)
     return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax)
 

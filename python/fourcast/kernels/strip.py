@@ -15,9 +15,11 @@ copies without SR, not 64-114.
 
 The arithmetic is quantize.py's (_block_scales, _quant_elems, _round_elem), so codes,
 scale bytes, tensor scales and x_hat equal reference.quantize / dequantize bit for bit,
-SR included (philox.py: element (c, r) of the column layout uses offset_c). RHTs: f64
-butterflies in the Rust core's order and one rounding (reference.rht_lastdim), written
-as pair sums (no split/join); the stages that cross lanes cost f64 shuffles.
+SR included (philox.py: element (c, r) of the column layout uses offset_c; "sr4" draws
+four columns, or four rows of the column copy, per Philox). RHTs: f64 butterflies in the
+Rust core's order and one rounding (reference.rht_lastdim), written as pair sums (no
+split/join); the stages that cross lanes cost f64 shuffles. Two-level formats measure
+their tensor amaxes first, in _strip_amax_kernel (the same RHTs, few atomics).
 """
 
 from __future__ import annotations
