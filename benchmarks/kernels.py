@@ -272,6 +272,22 @@ def quant_timing():
 
 
 STRIP_TILES = ((16, 64, 1), (32, 64, 1))
+def time_quantizer(label: str, shape, copies, xhat, fn, **fields) -> float:
+    """Time one quantizer call (do_bench median), record it in RES["quantizer"] with its
+    fraction of copy bandwidth (qbytes: copies x bf16 read once, codes or x_hat written);
+    an exception is recorded as an error and gives inf."""
+    try:
+        fn()
+        t = ms(fn)
+    except Exception as exc:
+        RES["errors"].append(f"{label}: {exc!r}")
+        return float("inf")
+    frac = qbytes(*shape, 16, copies, xhat) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
+    RES["quantizer"].append(dict(variant=label, shape="x".join(map(str, shape)), ms=t, frac_copy=frac, **fields))
+    log(f"{label} {tuple(shape)}: {t * 1e3:.1f} us {frac:.0%} of copy")
+    return t
+
+
 # SR calls: a Philox per element and copy lives in registers, so fewer elements per
 # thread (narrower tiles or more warps) may pay; timed beside the old SR kernels.
 STRIP_SR_TILES = ((16, 64, 1), (16, 32, 1), (16, 64, 2), (16, 64, 4), (32, 64, 2), (16, 128, 4), (32, 32, 1))
@@ -295,16 +311,7 @@ def strip_sweep():
                     outputs=("decoded", "decoded"))))
 
     def timed(label, copies, xhat, fn):
-        try:
-            fn()
-            t = ms(fn)
-        except Exception as exc:
-            RES["errors"].append(f"{label}: {exc!r}")
-            return float("inf")
-        frac = qbytes(*BIG, 16, copies, xhat) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
-        RES["quantizer"].append(dict(variant=label, shape="x".join(map(str, BIG)), ms=t, frac_copy=frac))
-        log(f"{label}: {t * 1e3:.1f} us {frac:.0%} of copy")
-        return t
+        return time_quantizer(label, BIG, copies, xhat, fn)
 
     qk.CONFIG_OVERRIDE["rowcol"] = "transpose"
     for name, copies, xhat, fn in sr_calls:
@@ -340,38 +347,22 @@ def sr_stream():
             for tile in SR_STREAM_TILES if not SMOKE else SR_STREAM_TILES[:1]:
                 qk.CONFIG_OVERRIDE["strip"] = tile
                 for rounding in ("sr", "sr4"):
-                    label = f"{name}, {rounding}, tile {tile}"
-
                     def call(x=x, rounding=rounding, kw=kw):
                         return ops.rowcol_operands(x, rounding=rounding, seed=1, offset=2**32 - 3, tensor_amax=amax,
                                                    tensor_amax_col=amax, outputs=("decoded", "decoded"), **kw)
 
-                    try:
-                        t = ms(call)
-                    except Exception as exc:
-                        RES["errors"].append(f"{label}: {exc!r}")
-                        continue
-                    frac = qbytes(*shape, 16, 2, True) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
-                    RES["quantizer"].append(dict(variant=f"sr_stream {label}", shape="x".join(map(str, shape)), ms=t,
-                                                 frac_copy=frac, rounding=rounding, tile=list(tile)))
-                    log(f"{label} {shape}: {t * 1e3:.1f} us {frac:.0%} of copy")
+                    time_quantizer(f"sr_stream {name}, {rounding}, tile {tile}", shape, 2, True, call,
+                                   rounding=rounding, tile=list(tile))
             save()
         # as training calls them: the tensor amaxes measured (two-level formats: the amax
         # kernel first; MX: recorded by the quantize pass's own atomics)
         qk.CONFIG_OVERRIDE.pop("strip", None)
         for name, fmt in (("dY ue5m3", F["ue5m3"]), ("dY mxfp4", F["mxfp4"])):
             for rounding in ("sr", "sr4"):
-                label = f"{name}: decoded both, {rounding}, amax measured"
-                try:
-                    t = ms(lambda x=x, fmt=fmt, rounding=rounding: ops.rowcol_operands(
-                        x, fmt, rounding=rounding, seed=1, outputs=("decoded", "decoded")))
-                except Exception as exc:
-                    RES["errors"].append(f"{label}: {exc!r}")
-                    continue
-                frac = qbytes(*shape, 16, 2, True) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
-                RES["quantizer"].append(dict(variant=f"sr_stream {label}", shape="x".join(map(str, shape)), ms=t,
-                                             frac_copy=frac, rounding=rounding))
-                log(f"{label} {shape}: {t * 1e3:.1f} us {frac:.0%} of copy")
+                time_quantizer(f"sr_stream {name}: decoded both, {rounding}, amax measured", shape, 2, True,
+                               lambda x=x, fmt=fmt, rounding=rounding: ops.rowcol_operands(
+                                   x, fmt, rounding=rounding, seed=1, outputs=("decoded", "decoded")),
+                               rounding=rounding)
         save()
         del x
     for k in ("strip", "rowcol"):

@@ -51,10 +51,7 @@ def test_rowcol_real_size(name, route, monkeypatch):
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", route)
     f = F[name]
     x = testing.make_input("heavy", (2048, 1536), torch.bfloat16, DEV, seed=7)
-    r, c = qk.quantize_rowcol(x, f, f, "sr", "sr", 9, 2**33, None, None)
-    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr", seed=9, offset=2**33)) == []
-    want_c = ref.quantize(x, f, axis=0, rounding="sr", seed=9, offset=2**33 + x.numel())
-    assert testing.packed_diff(c, want_c) == []
+    testing.check_rowcol(x, f, "sr", "sr", 9, 2**33)
     o = qk.launch_rowcol(x, qk.parse_fmt(f), "rtne", "rtne", 0, 0, None, None, None, None, write_codes=False,
                          write_xhat=True, unscaled=True)
     want = testing.dequantize_unscaled(ref.quantize(x, f, axis=0, offset=x.numel()), x.dtype)
@@ -67,10 +64,7 @@ def test_strip_rht_real_size(name, n, monkeypatch):
     f = F[name]
     s_r, s_c = ref.rht_signs(n, "per-step", 4).to(DEV), ref.rht_signs(n, "per-step", 5).to(DEV)
     x = testing.make_input("heavy", (1024, 768), torch.bfloat16, DEV, seed=3)
-    r, c = qk.quantize_rowcol(x, f, f, "rtne", "sr", 2, 77, (n, s_r), (n, s_c))
-    assert testing.packed_diff(r, ref.quantize(x, f, rht=(n, s_r), seed=2, offset=77)) == []
-    want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=(n, s_c), seed=2, offset=77 + x.numel())
-    assert testing.packed_diff(c, want_c) == []
+    testing.check_rowcol(x, f, "rtne", "sr", 2, 77, (n, s_r), (n, s_c))
 
 
 # Tiles the SR sweep times (benchmarks/kernels.py STRIP_SR_TILES): more warps split a
@@ -83,10 +77,7 @@ def test_strip_tiles_sr(name, n, tile, monkeypatch):
     f = F[name]
     rht_c = (n, ref.rht_signs(n, "te").to(DEV)) if n else None
     x = testing.make_input("heavy", (1024, 768), torch.bfloat16, DEV, seed=4)
-    r, c = qk.quantize_rowcol(x, f, f, "sr", "sr", 6, 2**32 - 5, None, rht_c)
-    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr", seed=6, offset=2**32 - 5)) == []
-    want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=rht_c, seed=6, offset=2**32 - 5 + x.numel())
-    assert testing.packed_diff(c, want_c) == []
+    testing.check_rowcol(x, f, "sr", "sr", 6, 2**32 - 5, None, rht_c)
 
 
 @pytest.mark.parametrize("name,n", [("ue5m3", 0), ("nvfp4", 16), ("ufp4", 16), ("mxfp4", 32)])
@@ -97,9 +88,6 @@ def test_strip_sr4_real_size(name, n, monkeypatch):
     f = F[name]
     rht_c = (n, ref.rht_signs(n, "te").to(DEV)) if n else None
     x = testing.make_input("heavy", (2048, 1536), torch.bfloat16, DEV, seed=11)
-    r, c = qk.quantize_rowcol(x, f, f, "sr4", "sr4", 12, 2**32 - 9, None, rht_c)
-    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr4", seed=12, offset=2**32 - 9)) == []
-    want_c = ref.quantize(x, f, axis=0, rounding="sr4", rht=rht_c, seed=12, offset=2**32 - 9 + x.numel())
-    assert testing.packed_diff(c, want_c) == []
+    testing.check_rowcol(x, f, "sr4", "sr4", 12, 2**32 - 9, None, rht_c)
     assert testing.packed_diff(qk.quantize(x, f, axis=0, rounding="sr4", seed=12, offset=5),
                                ref.quantize(x, f, axis=0, rounding="sr4", seed=12, offset=5)) == []

@@ -44,10 +44,7 @@ def test_strip_is_bit_exact(name):
     for kind, dtype in kinds:
         x = testing.make_input(kind, (32, 96), dtype, seed=8, fmt=f)
         for rr, rc in (("rtne", "sr"), ("sr", "rtne")):
-            r, c = qk.quantize_rowcol(x, f, f, rr, rc, 3, 11, None, None)
-            assert testing.packed_diff(r, ref.quantize(x, f, rounding=rr, seed=3, offset=11)) == []
-            want_c = ref.quantize(x, f, axis=0, rounding=rc, seed=3, offset=11 + x.numel())
-            assert testing.packed_diff(c, want_c) == []
+            testing.check_rowcol(x, f, rr, rc, 3, 11)
     x = testing.make_input("tiny", (32, 96), torch.float32, seed=8, fmt=f)
     o = qk.launch_rowcol(x, spec, "rtne", "sr", 3, 11, None, None, None, None, write_codes=(False, True),
                          write_xhat=(True, False), xhat_dtype=torch.bfloat16, unscaled=True)
@@ -66,10 +63,7 @@ def test_strip_rht_either_axis(name, n, monkeypatch):
     s_r, s_c = ref.rht_signs(n, "per-step", 4), ref.rht_signs(n, "per-step", 5)
     x = testing.make_input("heavy", (32, 64), torch.bfloat16, seed=2, fmt=f)
     for rht_r, rht_c in (((n, s_r), (n, s_c)), (None, (n, s_c))):
-        r, c = qk.quantize_rowcol(x, f, f, "rtne", "sr", 1, 5, rht_r, rht_c)
-        assert testing.packed_diff(r, ref.quantize(x, f, rht=rht_r, seed=1, offset=5)) == []
-        want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=rht_c, seed=1, offset=5 + x.numel())
-        assert testing.packed_diff(c, want_c) == []
+        testing.check_rowcol(x, f, "rtne", "sr", 1, 5, rht_r, rht_c)
     o = qk.launch_rowcol(x, qk.parse_fmt(f), "rtne", "rtne", 0, 0, (n, s_r), (n, s_c), None, None,
                          write_codes=False, write_xhat=True)
     want_r = ref.dequantize(ref.quantize(x, f, rht=(n, s_r)), x.dtype)
@@ -92,10 +86,7 @@ def test_strip_other_tiles(tile, monkeypatch):
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "strip", tile)
     f = F["nvfp4"]
     x = testing.make_input("heavy", (64, 64), torch.bfloat16, seed=5, fmt=f)
-    r, c = qk.quantize_rowcol(x, f, f, "sr", "sr", 4, 9, None, (16, ref.rht_signs(16, "te")))
-    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr", seed=4, offset=9)) == []
-    want_c = ref.quantize(x, f, axis=0, rounding="sr", rht=(16, ref.rht_signs(16, "te")), seed=4, offset=9 + x.numel())
-    assert testing.packed_diff(c, want_c) == []
+    testing.check_rowcol(x, f, "sr", "sr", 4, 9, None, (16, ref.rht_signs(16, "te")))
 
 
 @pytest.mark.parametrize("name,n", [("ue5m3", 0), ("nvfp4", 16), ("nvfp4-2d", 0), ("mxfp4", 32)])
@@ -105,10 +96,7 @@ def test_strip_sr4(name, n):
     f = F[name]
     rht_c = (n, ref.rht_signs(n, "te")) if n else None
     x = testing.make_input("heavy", (64, 96), torch.bfloat16, seed=5, fmt=f)
-    r, c = qk.quantize_rowcol(x, f, f, "sr4", "sr4", 3, 2**32 - 7, None, rht_c)
-    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr4", seed=3, offset=2**32 - 7)) == []
-    want_c = ref.quantize(x, f, axis=0, rounding="sr4", rht=rht_c, seed=3, offset=2**32 - 7 + x.numel())
-    assert testing.packed_diff(c, want_c) == []
+    testing.check_rowcol(x, f, "sr4", "sr4", 3, 2**32 - 7, None, rht_c)
 
 
 def test_transposing_rowcol_sr4_and_the_length_check(monkeypatch):
@@ -116,8 +104,6 @@ def test_transposing_rowcol_sr4_and_the_length_check(monkeypatch):
     multiple of 4 is refused on the kernel path (the reference takes any length)."""
     f = F["fp8"]
     x = testing.make_input("heavy", (32, 64), torch.bfloat16, seed=6)
-    r, c = qk.quantize_rowcol(x, f, f, "sr4", "sr4", 4, 9, None, None)
-    assert testing.packed_diff(r, ref.quantize(x, f, rounding="sr4", seed=4, offset=9)) == []
-    assert testing.packed_diff(c, ref.quantize(x, f, axis=0, rounding="sr4", seed=4, offset=9 + x.numel())) == []
+    testing.check_rowcol(x, f, "sr4", "sr4", 4, 9)
     with pytest.raises(ShapeError, match="sr4"):
         qk.quantize(testing.make_input("heavy", (8, 30), torch.bfloat16, seed=6), f, rounding="sr4")

@@ -17,8 +17,6 @@ IMAD.HI + IMAD) cuts the SASS per draw from 64 to 51 but ran 1.19x slower: not u
 import triton
 import triton.language as tl
 
-UNIFORM = tl.constexpr(4.6566127342e-10)
-
 
 @triton.jit
 def sr_uniform(seed, m, k, K, offset):
@@ -26,13 +24,6 @@ def sr_uniform(seed, m, k, K, offset):
     seed, m * K + k + offset (int64, so any tensor size and base offset works)."""
     lin = m.to(tl.int64) * K + k + offset
     return tl.rand(seed, lin)
-
-
-@triton.jit
-def _to_uniform(x):
-    """tl.random.uint_to_uniform_float for u32: as i32, negatives -> ~x, times 2^-31-ish."""
-    x = x.to(tl.int32, bitcast=True)
-    return tl.where(x < 0, ~x, x).to(tl.float32) * UNIFORM
 
 
 @triton.jit
@@ -47,9 +38,8 @@ def sr_uniform_x4(seed, m, k0, K, offset, BM: tl.constexpr, BK: tl.constexpr):
     """"sr4" uniforms of the [BM, BK] tile of a (M, K) layout at rows m ([BM, 1]) and
     columns k0 .. k0 + BK (k0 and K multiples of 4): counters (m * K + k) / 4 + offset."""
     k4 = k0 // 4 + tl.arange(0, BK // 4)[None, :]
-    w0, w1, w2, w3 = tl.randint4x(seed, m.to(tl.int64) * (K // 4) + k4 + offset)
-    u = _interleave4(_to_uniform(w0), _to_uniform(w1), _to_uniform(w2), _to_uniform(w3))
-    return tl.reshape(u, (BM, BK))
+    u0, u1, u2, u3 = tl.rand4x(seed, m.to(tl.int64) * (K // 4) + k4 + offset)
+    return tl.reshape(_interleave4(u0, u1, u2, u3), (BM, BK))
 
 
 @triton.jit
@@ -57,9 +47,8 @@ def sr_uniform_x4_t(seed, m0, k, M, offset, BM: tl.constexpr, BK: tl.constexpr):
     """The same for the transposed layout: element (k, m) of a (K, M) layout, returned as
     the [BM, BK] tile of its transpose (rows m0 .. m0 + BM, columns k ([1, BK]))."""
     m4 = m0 // 4 + tl.arange(0, BM // 4)[:, None]
-    w0, w1, w2, w3 = tl.randint4x(seed, k.to(tl.int64) * (M // 4) + m4 + offset)  # [BM / 4, BK]
-    u = _interleave4(_to_uniform(w0), _to_uniform(w1), _to_uniform(w2), _to_uniform(w3))
-    return tl.reshape(tl.permute(u, (0, 2, 1)), (BM, BK))
+    u0, u1, u2, u3 = tl.rand4x(seed, k.to(tl.int64) * (M // 4) + m4 + offset)  # [BM / 4, BK]
+    return tl.reshape(tl.permute(_interleave4(u0, u1, u2, u3), (0, 2, 1)), (BM, BK))
 
 
 @triton.jit

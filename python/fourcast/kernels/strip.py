@@ -86,6 +86,21 @@ def _col_expand(v, BR: tl.constexpr, BC: tl.constexpr, B: tl.constexpr):
 
 
 @triton.jit
+def _copies(x, r, c, SIGNS_R, SIGNS_C, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, NORM_R: tl.constexpr,
+            RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """(row copy, column copy) of an x tile before quantizing: each rotated by its RHT, if any."""
+    if RN_R > 0:
+        yr = _rht_cols(x, c, SIGNS_R, NORM_R, RN_R, LOG2N_R, BR, BC)
+    else:
+        yr = x
+    if RN_C > 0:
+        yc = _rht_rows(x, r, SIGNS_C, NORM_C, RN_C, LOG2N_C, BR, BC)
+    else:
+        yc = x
+    return yr, yc
+
+
+@triton.jit
 def _strip_amax_kernel(X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C, RN_R: tl.constexpr, LOG2N_R: tl.constexpr,
                        NORM_R: tl.constexpr, RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
                        BR: tl.constexpr, BC: tl.constexpr, ITERS: tl.constexpr):
@@ -101,14 +116,9 @@ def _strip_amax_kernel(X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C, RN_R: tl.constexpr,
     for it in range(ITERS):
         r = (pid_r * ITERS + it) * BR + tl.arange(0, BR)[:, None]
         x = tl.load(X + r * C + c, mask=(r < R) & (c < C), other=0.0).to(tl.float32)
-        if RN_R > 0:
-            m_r = tl.maximum(m_r, tl.abs(_rht_cols(x, c, SIGNS_R, NORM_R, RN_R, LOG2N_R, BR, BC)).to(tl.int32, bitcast=True))
-        else:
-            m_r = tl.maximum(m_r, tl.abs(x).to(tl.int32, bitcast=True))
-        if RN_C > 0:
-            m_c = tl.maximum(m_c, tl.abs(_rht_rows(x, r, SIGNS_C, NORM_C, RN_C, LOG2N_C, BR, BC)).to(tl.int32, bitcast=True))
-        else:
-            m_c = tl.maximum(m_c, tl.abs(x).to(tl.int32, bitcast=True))
+        yr, yc = _copies(x, r, c, SIGNS_R, SIGNS_C, RN_R, LOG2N_R, NORM_R, RN_C, LOG2N_C, NORM_C, BR, BC)
+        m_r = tl.maximum(m_r, tl.abs(yr).to(tl.int32, bitcast=True))
+        m_c = tl.maximum(m_c, tl.abs(yc).to(tl.int32, bitcast=True))
     tl.atomic_max(AMAX_BITS, tl.max(tl.max(m_r, axis=1), axis=0))
     tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(m_c, axis=1), axis=0))
 
@@ -135,14 +145,7 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
     c = pid_c * BC + tl.arange(0, BC)[None, :]
     inb = (r < R) & (c < C)
     x = tl.load(X + r * C + c, mask=inb, other=0.0).to(tl.float32)
-    if RN_R > 0:
-        yr = _rht_cols(x, c, SIGNS_R, NORM_R, RN_R, LOG2N_R, BR, BC)
-    else:
-        yr = x
-    if RN_C > 0:
-        yc = _rht_rows(x, r, SIGNS_C, NORM_C, RN_C, LOG2N_C, BR, BC)
-    else:
-        yc = x
+    yr, yc = _copies(x, r, c, SIGNS_R, SIGNS_C, RN_R, LOG2N_R, NORM_R, RN_C, LOG2N_C, NORM_C, BR, BC)
     if FUSE_AMAX:
         tl.atomic_max(AMAX_BITS, tl.max(tl.max(tl.abs(yr).to(tl.int32, bitcast=True), axis=1), axis=0))
         tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(tl.abs(yc).to(tl.int32, bitcast=True), axis=1), axis=0))

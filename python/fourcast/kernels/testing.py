@@ -159,6 +159,22 @@ def check_quantizer(x: torch.Tensor, fmt, **kw) -> Packed:
     return a
 
 
+def check_rowcol(x: torch.Tensor, fmt, rounding_r: str, rounding_c: str, seed: int, offset: int, rht_r=None,
+                 rht_c=None) -> tuple[Packed, Packed]:
+    """Triton quantize_rowcol's two copies of x against two reference quantizations (the
+    column copy's SR stream starts at offset + numel), bit for bit. Returns the reference
+    (row, column) Packed; raises AssertionError naming what differs in either copy."""
+    from fourcast.kernels import quantize as qk
+
+    r, c = qk.quantize_rowcol(x, fmt, fmt, rounding_r, rounding_c, seed, offset, rht_r, rht_c)
+    want_r = reference.quantize(x, fmt, rounding=rounding_r, rht=rht_r, seed=seed, offset=offset)
+    want_c = reference.quantize(x, fmt, axis=0, rounding=rounding_c, rht=rht_c, seed=seed, offset=offset + x.numel())
+    bad = [f"row {d}" for d in packed_diff(r, want_r)] + [f"column {d}" for d in packed_diff(c, want_c)]
+    if bad:
+        raise AssertionError((fmt, rounding_r, rounding_c, bad))
+    return want_r, want_c
+
+
 def gemm_bound(a_hat: torch.Tensor, b_hat: torch.Tensor, out_dtype, fp8_tc: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(float64 product C64, allowed |C - C64|) for C = A_hat . B_hat^T computed with FP32
