@@ -53,19 +53,19 @@ def fake_cuda():
     kernels = ((qk, "_quantize_kernel"), (qk, "_rowcol_kernel"), (qk, "_dequantize_kernel"), (sk, "_strip_kernel"),
                (gk, "_epilogue_kernel"))
     saved = {(mod, name): getattr(mod, name) for mod, name in kernels}
-    saved_mm = fcnn._matmul_f32
+    saved_mm = gk._mm_f32
     had_prop = "is_cuda" in torch.Tensor.__dict__
     old_prop = torch.Tensor.__dict__.get("is_cuda")
     try:
         for mod, name in saved:
             setattr(mod, name, _NoLaunch())
-        fcnn._matmul_f32 = lambda a, b: torch.mm(a.float(), b.float())
+        gk._mm_f32 = lambda a, b: torch.mm(a.float(), b.float())
         torch.Tensor.is_cuda = property(lambda self: True)
         yield
     finally:
         for (mod, name), k in saved.items():
             setattr(mod, name, k)
-        fcnn._matmul_f32 = saved_mm
+        gk._mm_f32 = saved_mm
         if had_prop:
             torch.Tensor.is_cuda = old_prop
         else:

@@ -371,18 +371,27 @@ def sr_stream():
 
 @section("GEMM epilogue cost")
 def gemm_epilogue():
-    """What the emulated GEMM's FP32 output and tensor-scale pass cost over a bf16-out
-    cuBLAS GEMM, at the 125M model's MLP shapes (run 8: FP4 GEMMs 38 vs 27 ms a step)."""
+    """What the emulated GEMM's tensor-scale epilogue costs over a bf16-out cuBLAS GEMM at
+    the 125M model's MLP shapes: as an FP32 output and a second pass (the fallback route),
+    and fused into cuBLASLt with a device alpha (gemm.scaled_mm, the route taken)."""
+    from fourcast.kernels import cublaslt
+
     shapes = ((32768, 4608, 768), (32768, 768, 4608), (4608, 768, 32768)) if not SMOKE else ((64, 64, 64),)
     ts = torch.tensor([3.0], device=DEV)
+    alpha = gk.epilogue_alpha(ts, ts)
     for m, n, k in shapes:
         a = rand((m, k))
         b = rand((n, k)).t()
         t_bf16 = ms(lambda: torch.mm(a, b))
-        t_f32 = ms(lambda: torch.mm(a, b, out_dtype=torch.float32))
-        t_epi = ms(lambda: gk.scale_epilogue(torch.mm(a, b, out_dtype=torch.float32), ts, ts, torch.bfloat16))
+        t_f32 = ms(lambda: gk._mm_f32(a, b))
+        t_epi = ms(lambda: gk._epilogue(gk._mm_f32(a, b), None, None, ts, ts, torch.bfloat16))
         row = dict(shape=f"{m}x{n}x{k}", bf16_out_ms=t_bf16, f32_out_ms=t_f32, f32_out_epilogue_ms=t_epi,
                    epilogue_ratio=t_epi / t_bf16)
+        if cublaslt.available(a.device):  # not under BENCH_SMOKE
+            row["lt_alpha_bf16_ms"] = t_lt = ms(lambda: cublaslt.matmul(a, b, alpha, torch.bfloat16))
+            row["lt_alpha_f32_ms"] = ms(lambda: cublaslt.matmul(a, b, alpha, torch.float32))
+            row["scaled_mm_ms"] = t_sc = ms(lambda: gk.scaled_mm(a, b, ts, ts, torch.bfloat16))  # + the alpha ops
+            row.update(lt_ratio=t_lt / t_bf16, scaled_mm_ratio=t_sc / t_bf16)
         RES.setdefault("gemm_epilogue", []).append(row)
         log(row)
 

@@ -52,3 +52,7 @@ def require(module: str, extra: str = "train"):
 class TrainError(FourcastError, ValueError):
     """Bad training input: a missing or empty data path, an unknown model preset, a
     model too big for the device, a checkpoint that does not match the run."""
+
+
+class BackendError(FourcastError, RuntimeError):
+    """A GPU library call failed or was given what it cannot take (names the call)."""

@@ -233,13 +233,6 @@ def _packed_nbytes(p: Any) -> int:
     return total
 
 
-def _matmul_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b with FP32 accumulation and an FP32 result (bf16 tensor cores on CUDA)."""
-    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
-        return torch.mm(a, b, out_dtype=torch.float32)
-    return torch.mm(a.float(), b.float())
-
-
 # ---------------------------------------------------------------- the layer
 
 
@@ -247,7 +240,7 @@ class QLinear(nn.Linear):
     """`nn.Linear` whose Fprop, Dgrad and Wgrad run on quantized operands (module doc).
 
     gemm_path: "dequant" (default): quantize, dequantize with the FP32 tensor scale
-    factored out, bf16 GEMM with FP32 accumulation, tensor scales on the FP32 output:
+    factored out, bf16 GEMM with FP32 accumulation, tensor scales in its epilogue:
     exact emulation. "fused": the same numbers with fewer passes on CUDA: one Triton
     pass per tensor writes both of its copies, the ones a GEMM consumes now already
     decoded (value * block scale, tensor scale factored out; ops.rowcol_operands) and
@@ -589,7 +582,8 @@ def _as_matrix(op: Any, dtype: torch.dtype) -> tuple[torch.Tensor, Any]:
 
 def _gemm(mod: QLinear, role: str, a: Any, b: Any, a_t: bool, b_t: bool, dtype: torch.dtype, out_dtype: torch.dtype):
     """C = op(A) @ op(B) for the dequant/fake paths (op = transpose when *_t), or
-    ops.gemm on the packed operands; the FP32 tensor scales divide the FP32 result."""
+    ops.gemm on the packed operands; the FP32 tensor scales come out in the epilogue
+    (kernels.gemm.scaled_mm: one cuBLASLt call with a device alpha on CUDA)."""
     tracer = _TRACER
     if mod.gemm_path == "packed" and not isinstance(a, _Plain) and not isinstance(b, _Plain):
         token = tracer.begin("gemm", _gemm_meta(mod, role, a)) if tracer is not None else None
@@ -602,20 +596,13 @@ def _gemm(mod: QLinear, role: str, a: Any, b: Any, a_t: bool, b_t: bool, dtype: 
     mb, ts_b = _as_matrix(b, dtype)
     ma = ma.t() if a_t else ma
     mb = mb.t() if b_t else mb
+    from fourcast.kernels import gemm as gk  # torch + triton, as _ops()
+
     if tracer is not None:
         tracer.end(token)
-        token = tracer.begin("gemm", _gemm_meta(mod, role, a))
-    out = _matmul_f32(ma, mb)
-    scales = [ts for ts in (ts_a, ts_b) if ts is not None]
-    if scales and out.is_cuda and all(isinstance(t, torch.Tensor) and t.numel() == 1 for t in scales):
-        # one pass over the FP32 output, as a hardware epilogue would; the same bits as below
-        from fourcast.kernels import gemm as gk
-
-        out = gk.scale_epilogue(out, scales[0], scales[1] if len(scales) == 2 else None, out_dtype)
-    else:
-        for ts in scales:  # (acc / ts_a) / ts_b: the packed GEMM's epilogue
-            out = out.div_(ts)
-        out = out.to(out_dtype)
+        # epilogue "fused": inside the cuBLASLt call; "pass": an FP32 product and a second pass
+        token = tracer.begin("gemm", dict(_gemm_meta(mod, role, a), epilogue="fused" if gk.fused_epilogue(ma, mb) else "pass"))
+    out = gk.scaled_mm(ma, mb, ts_a, ts_b, out_dtype)
     if tracer is not None:
         tracer.end(token)
     return out

@@ -200,6 +200,7 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
     call (``"impl": "torch-eager"``: a per-call dispatch cost, and the kernel at the clock a
     training step's GEMMs run at; a "dgrad+wgrad" region holds two). A GEMM of an emulation path (fused,
     dequant, fake) ran as a BF16 cuBLAS GEMM on decoded operands whatever its formats, with
+    the tensor scales in its epilogue (op "epilogue": "fused") or, in runs before session 7,
     an FP32 product and a scale/cast pass after it, so it is priced as that. The costs are the H200 file's ``[emulation]`` table, fitted by
     benchmarks/calibration/fit_emulation.py."""
     out: list[tuple[str, dict, float]] = []
@@ -213,7 +214,9 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
                     o = {**o, "a": "bf16", "b": "bf16"}
                 o = {**o, "impl": "torch-eager"}
                 out.append((cls, o, calls))
-                if emulated:  # FP32 product, then the tensor-scale epilogue: ~8 B more per output
+                if emulated and op.get("epilogue", "pass") == "pass":
+                    # FP32 product, then the tensor-scale epilogue: ~8 B more per output (runs
+                    # before the cuBLASLt route, whose epilogue is inside the GEMM: "fused")
                     mn = float(o["m"]) * float(o["n"])
                     out.append((cls, {"op": "memory", "read_bytes": 4 * mn, "write_bytes": 4 * mn, "ops": 0,
                                       "exps": 0}, calls))

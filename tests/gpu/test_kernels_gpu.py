@@ -143,12 +143,36 @@ def test_fp8_conversion_bit_exact_and_fallback():
         assert _within_bound(c, x, y, torch.float32)  # dequant's: the strict bound
 
 
-def test_fp8_with_a_tensor_scale_takes_the_division_epilogue():
+def test_fp8_with_a_tensor_scale_takes_the_alpha_epilogue():
     a = ref.quantize(testing.make_input("heavy", (512, 1024), torch.bfloat16, DEV, seed=13), F["mxfp4"])
     b = ref.quantize(testing.make_input("random", (256, 1024), torch.bfloat16, DEV, seed=14), F["mxfp4"])
     a.tensor_scale = torch.tensor(0.75, device=DEV)  # not MXFP4's own: the FP32 epilogue path
     for out in (torch.bfloat16, torch.float32):
         assert _within_bound(gk.gemm(a, b, out, impl="fp8"), a, b, out, fp8_tc=True)
+
+
+@pytest.mark.parametrize("a_t,b_t", [(False, True), (False, False), (True, False), (True, True)])
+def test_cublaslt_scaled_mm_layouts(a_t, b_t):
+    """scaled_mm through cuBLASLt (device alpha, out straight to bf16/f32) on row- and
+    column-major views, against float64 within the bound; no fallback taken."""
+    from fourcast.kernels import cublaslt
+
+    assert cublaslt.available(torch.device(DEV))
+    m, n, k = 1000, 768, 2048  # M not a multiple of 8: unaligned rows too
+    a = testing.make_input("heavy", (k, m) if a_t else (m, k), torch.bfloat16, DEV, seed=21)
+    b = testing.make_input("random", (n, k) if b_t else (k, n), torch.bfloat16, DEV, seed=22)
+    a, b = (a.t() if a_t else a), (b.t() if b_t else b)
+    ts_a, ts_b = torch.tensor(2688.0 / 37.5, device=DEV), torch.tensor(0.3, device=DEV)
+    alpha = gk.epilogue_alpha(ts_a, ts_b)
+    before = gk.STATS["lt_fallbacks"]
+    for out in (torch.bfloat16, torch.float32):
+        c = gk.scaled_mm(a, b, ts_a, ts_b, out)
+        assert c.dtype == out and c.shape == (m, n)
+        c64, bound = testing.gemm_bound(a.double() * alpha.double(), b.t(), out)
+        assert bool(((c.double() - c64).abs() <= bound).all()), (a_t, b_t, out)
+    assert gk.STATS["lt_fallbacks"] == before
+    unit = gk.scaled_mm(a, b, None, None, torch.bfloat16)  # no tensor scale: alpha 1
+    assert torch.equal(unit, cublaslt.matmul(a, b, gk._unit(a.device), torch.bfloat16))
 
 
 def test_ops_gemm_auto_is_dequant_unless_auto_fp8(monkeypatch):

@@ -3,6 +3,7 @@ PyTorch reference, which test_reference.py ties to the Rust codec: codes, scale 
 tensor scale and amax bit for bit (SR included), x_hat bit for bit, GEMM within the
 FP32-accumulation bound of fourcast.kernels.testing.gemm_bound. Tiny shapes."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -168,9 +169,25 @@ def test_gemm_dequant_is_the_f32_product_of_unscaled_operands(pair):
     prod = ref.dequantize_layout(_unit_ts(a)) @ ref.dequantize_layout(_unit_ts(b)).t()
     for out in (torch.float32, torch.bfloat16):
         c = gk.gemm(a, b, out, impl="dequant")
-        assert torch.equal(c, ((prod / a.tensor_scale) / b.tensor_scale).to(out)), pair
+        assert torch.equal(c, (prod * gk.epilogue_alpha(a.tensor_scale, b.tensor_scale)).to(out)), pair
         c64, bound = testing.gemm_bound(ref.dequantize_layout(a), ref.dequantize_layout(b), out)
         assert bool(((c.double() - c64).abs() <= bound).all()), pair
+
+
+@pytest.mark.parametrize("ts_a,ts_b", [(3.0, 7.0), (2688.0 / 1e-30, 1e-20), (1e-30, 2.0**100), (0.75, None)])
+def test_epilogue_alpha_and_the_triton_epilogue(ts_a, ts_b):
+    """alpha = (1 / ts_a) / ts_b, each step rounded to FP32 (finite where ts_a * ts_b is
+    not), and the Triton epilogue pass gives the bits of (acc * alpha).to(out)."""
+    a32 = np.float32(1) / np.float32(ts_a)
+    want = a32 if ts_b is None else a32 / np.float32(ts_b)
+    ta = torch.tensor(ts_a, dtype=torch.float32)
+    tb = None if ts_b is None else torch.tensor(ts_b, dtype=torch.float32)
+    alpha = gk.epilogue_alpha(ta, tb)
+    assert alpha.dtype == torch.float32 and alpha.item() == float(want) and np.isfinite(want)
+    acc = testing.make_input("heavy", (40, 72), seed=3) * 1e3
+    for out in (torch.float32, torch.bfloat16):
+        got = gk._epilogue(acc.clone(), None, None, ta, torch.ones(()) if tb is None else tb, out)
+        assert torch.equal(got, (acc * alpha).to(out))
 
 
 def _mx_operand_with_bad_rows():

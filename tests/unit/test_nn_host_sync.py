@@ -19,6 +19,7 @@ from fourcast import nn as fcnn
 
 pytest.importorskip("triton")
 
+from fourcast.kernels import gemm as gk  # noqa: E402
 from fourcast.kernels import ops  # noqa: E402
 from fourcast.kernels import quantize as qk  # noqa: E402
 from fourcast.kernels import utils  # noqa: E402
@@ -38,18 +39,18 @@ class _NoLaunch:
 def cuda_path_on_cpu(launches: list):
     kernels = ("_quantize_kernel", "_rowcol_kernel", "_dequantize_kernel")
     saved = {name: getattr(qk, name) for name in kernels}
-    saved_mm = fcnn._matmul_f32
+    saved_mm = gk._mm_f32
     try:
         for name in kernels:
             setattr(qk, name, _NoLaunch(launches))
-        fcnn._matmul_f32 = lambda a, b: torch.mm(a.float(), b.float())
+        gk._mm_f32 = lambda a, b: torch.mm(a.float(), b.float())
         torch.Tensor.is_cuda = property(lambda self: True)
         yield
     finally:
         del torch.Tensor.is_cuda
         for name, k in saved.items():
             setattr(qk, name, k)
-        fcnn._matmul_f32 = saved_mm
+        gk._mm_f32 = saved_mm
 
 
 @contextlib.contextmanager

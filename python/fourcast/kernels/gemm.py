@@ -5,14 +5,15 @@ Each K-step loads nibbles and scale bytes, dequantizes in registers to bf16
 (value(code) * block scale: every E2M1/E1M2/INT4 value times an E4M3, UE5M3 or UE8M0
 scale is exact in bf16, and so is an FP8 value times an E4M3/UE8M0 scale; with E4M3
 scales on 4-bit sign-magnitude grids also in f16, which the split kernel then uses), and
-feeds tl.dot with FP32 accumulation. The tensor scales are divided out in the epilogue:
-C = (acc / ts_a) / ts_b, cast to bf16 or f32 (after an exact power-of-two factor where a
-decode leaves one).
+feeds tl.dot with FP32 accumulation. The tensor scales come out in the epilogue:
+C = acc * alpha, alpha = (1 / ts_a) / ts_b in FP32 (`epilogue_alpha`; how a Blackwell
+cuBLASLt GEMM takes the NVFP4 tensor scales, as a device alpha), cast to bf16 or f32
+(after an exact power-of-two factor where a decode leaves one).
 
 Error bound (tests/gpu/test_kernels_gpu.py): with A_hat, B_hat the dequantized operands
 and C64 their float64 product, |C - C64| <= 2 * K * 2^-24 * (|A_hat| |B_hat|^T) + the output
 rounding (2^-8 |C64| for bf16): FP32 accumulation in any order (tensor cores included)
-plus the two epilogue divisions.
+plus the epilogue's alpha (two FP32 roundings) and product (one).
 
 Three implementations (`impl`); "triton" and "dequant" within that bound, "fp8" not:
 - "triton": the kernel above, as the split-nibble kernel (KERNEL; the section "the
@@ -20,8 +21,9 @@ Three implementations (`impl`); "triton" and "dequant" within that bound, "fp8" 
   lookups, two CTAs per SM so one's decode runs under the other's wgmma) or the original
   interleaved one ("v1", also the route for K not a multiple of 32).
 - "dequant": each operand dequantized once to bf16 without its tensor scale (exact, as
-  above), one cuBLAS bf16 GEMM with FP32 output (torch.mm out_dtype=float32; float32
-  matmul on CPU under the interpreter), then the same epilogue (acc / ts_a) / ts_b.
+  above), then `scaled_mm`: one cuBLASLt bf16 GEMM with the epilogue's alpha as a device
+  scalar, straight to out_dtype (kernels/cublaslt.py); without cuBLASLt, a cuBLAS GEMM
+  with FP32 output and the same epilogue as a second pass (float32 matmul on CPU).
 - "fp8" (MXFP4 only, sm_89+): each operand converted to E4M3 with a per-row power-of-two
   scale 2^r, r = clamp(row's max block exponent - 6, -64, 63): v * 2^(e - r) is
   v * 2^d with d <= 6, so |v| <= 6 gives <= 384 < 448, and it is an exact E4M3 value
@@ -33,7 +35,7 @@ Three implementations (`impl`); "triton" and "dequant" within that bound, "fp8" 
   cuBLAS GEMM (torch._scaled_mm): with unit tensor scales (MXFP4's; the kernel flags
   others) the 2^r as rowwise scales straight to out_dtype where _scaled_mm allows it
   (bf16 from sm_89, f32 on sm_90); otherwise unit scales, FP32 out and an epilogue
-  ((acc * 2^ra) * 2^rb / ts_a) / ts_b. The products of E4M3 values are exact and so
+  ((acc * 2^ra) * 2^rb) * alpha. The products of E4M3 values are exact and so
   are the power-of-two factors (r in [-64, 63] keeps acc * 2^ra and 2^ra * 2^rb
   normal), so under the interpreter (f32 emulation) it meets the bound. On Hopper it
   does not: the FP8 tensor cores add products with ~13-14 bits of alignment, not FP32
@@ -57,6 +59,7 @@ import triton
 import triton.language as tl
 
 from fourcast.errors import ShapeError
+from fourcast.kernels import cublaslt
 from fourcast.kernels.quantize import SCALE_KIND, _cast_out, _cdiv, _decode, _pow2
 from fourcast.kernels.reference import grid_values
 from fourcast.kernels.quantize import dequantize as _dequantize
@@ -83,11 +86,12 @@ def _e2m1_bits(c):
 
 @triton.jit
 def _scaled_cast(acc, A_TS, B_TS, C, RNE_BF16: tl.constexpr):
-    """The epilogue of every GEMM route: (acc / ts_a) / ts_b, each division correctly
-    rounded, then cast to C's element type (round to nearest even)."""
-    out = tl.math.div_rn(tl.math.div_rn(acc, tl.broadcast_to(tl.load(A_TS), acc.shape)),
-                         tl.broadcast_to(tl.load(B_TS), acc.shape))
-    return _cast_out(out, C, RNE_BF16)
+    """The epilogue of every GEMM route: acc * alpha with alpha = (1 / ts_a) / ts_b (each
+    step correctly rounded in FP32, as `epilogue_alpha`), then cast to C's element type
+    (round to nearest even): what a cuBLASLt GEMM with a device alpha computes."""
+    ts_a = tl.load(A_TS)
+    alpha = tl.math.div_rn(tl.math.div_rn(tl.full(ts_a.shape, 1.0, tl.float32), ts_a), tl.load(B_TS))
+    return _cast_out(acc * alpha, C, RNE_BF16)
 
 
 @triton.jit
@@ -618,7 +622,8 @@ def _gemm_triton(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> tor
 
 # ------------------------------------------------------------------ impl="dequant" and "fp8"
 
-STATS = {"fp8_fallbacks": 0}  # fp8 calls that fell back to dequant (some row not exact in E4M3)
+STATS = {"fp8_fallbacks": 0,  # fp8 calls that fell back to dequant (some row not exact in E4M3)
+         "lt_fallbacks": 0}  # scaled_mm calls cuBLASLt had no algorithm for
 
 
 @functools.lru_cache(maxsize=None)
@@ -667,11 +672,9 @@ def dequantize_unscaled(p: Packed, dtype=torch.bfloat16) -> torch.Tensor:
 
 
 def _gemm_dequant(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> torch.Tensor:
-    if a.codes.is_cuda:
-        acc = torch.mm(dequantize_unscaled(a), dequantize_unscaled(b).t(), out_dtype=torch.float32)
-    else:  # interpreter: no bf16 -> f32 mm on CPU; the same values in f32
-        acc = torch.mm(dequantize_unscaled(a, torch.float32), dequantize_unscaled(b, torch.float32).t())
-    return _epilogue(acc, None, None, a.tensor_scale, b.tensor_scale, out_dtype)
+    dtype = torch.bfloat16 if a.codes.is_cuda else torch.float32  # interpreter: f32 matmul on CPU, same values
+    return scaled_mm(dequantize_unscaled(a, dtype), dequantize_unscaled(b, dtype).t(), a.tensor_scale, b.tensor_scale,
+                     out_dtype)
 
 
 @triton.jit
@@ -687,7 +690,7 @@ def _mx_to_e4m3_kernel(CODES, SCALES, TS, OUT, RSCALE, OK, FLAGS, R, K, B: tl.co
     """BR rows of an MXFP4 operand -> E4M3 v * 2^(e - r) and RSCALE = 2^r with
     r = clamp(max_e - 6, -64, 63). OK[row] = 0 where some value is not an exact E4M3
     value or a scale byte is NaN; FLAGS |= 1 if any row is not OK, |= 2 if the tensor
-    scale is not 1 (then the division epilogue is needed). NB2: K / B rounded up to a
+    scale is not 1 (then the alpha epilogue is needed). NB2: K / B rounded up to a
     power of two, so the row maxima take one load."""
     row = tl.program_id(0) * BR + tl.arange(0, BR)[:, None]
     rmask = row < R
@@ -793,8 +796,8 @@ def _gemm_fp8(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> torch.
 @triton.jit
 def _epilogue_kernel(ACC, SA, SB, A_TS, B_TS, C, M, N, ROWCOL: tl.constexpr, RNE_BF16: tl.constexpr,
                      BM: tl.constexpr, BN: tl.constexpr):
-    """C = ((ACC * SA[m]) * SB[n] / ts_a) / ts_b (the row/column factors when ROWCOL),
-    cast to C's dtype: _gemm_kernel's epilogue on an FP32 product from cuBLAS."""
+    """C = ((ACC * SA[m]) * SB[n]) * alpha (the row/column factors when ROWCOL), cast to
+    C's dtype: _gemm_kernel's epilogue on an FP32 product from cuBLAS."""
     rm = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
     rn = tl.program_id(1) * BN + tl.arange(0, BN)[None, :]
     mask = (rm < M) & (rn < N)
@@ -803,13 +806,6 @@ def _epilogue_kernel(ACC, SA, SB, A_TS, B_TS, C, M, N, ROWCOL: tl.constexpr, RNE
         acc = acc * tl.load(SA + rm, mask=rm < M, other=1.0)
         acc = acc * tl.load(SB + rn, mask=rn < N, other=1.0)
     tl.store(C + rm * N + rn, _scaled_cast(acc, A_TS, B_TS, C, RNE_BF16), mask=mask)
-
-
-def scale_epilogue(acc: torch.Tensor, ts_a: torch.Tensor, ts_b: torch.Tensor | None, out_dtype) -> torch.Tensor:
-    """(acc / ts_a) / ts_b cast to out_dtype in one pass over an FP32 GEMM product (ts_b
-    None: acc / ts_a): the bits of torch's acc.div_(ts_a).div_(ts_b).to(out_dtype) (each
-    step correctly rounded) for a third of the traffic; QLinear's emulated GEMMs use it."""
-    return _epilogue(acc, None, None, ts_a, _unit(acc.device) if ts_b is None else ts_b, out_dtype)
 
 
 def _epilogue(acc: torch.Tensor, sa, sb, ts_a: torch.Tensor, ts_b: torch.Tensor, out_dtype) -> torch.Tensor:
@@ -823,3 +819,54 @@ def _epilogue(acc: torch.Tensor, sa, sb, ts_a: torch.Tensor, ts_b: torch.Tensor,
         acc, sa if rowcol else acc, sb if rowcol else acc, ts_a.reshape(1).float(), ts_b.reshape(1).float(), c, m, n,
         ROWCOL=rowcol, RNE_BF16=interpreting(), BM=bm, BN=bn, num_warps=4)
     return c
+
+
+# ------------------------------------------------------------------ the emulated GEMM on decoded operands
+
+
+def epilogue_alpha(ts_a: torch.Tensor | None, ts_b: torch.Tensor | None) -> torch.Tensor:
+    """alpha = (1 / ts_a) / ts_b, an f32 scalar on their device (a missing scale counts as
+    1): the factor every GEMM route's epilogue multiplies the FP32 product by. Taking the
+    reciprocal first keeps it finite wherever the result is (ts_a * ts_b can overflow)."""
+    if ts_a is None:
+        ts_a, ts_b = ts_b, None
+    if ts_a is None:
+        raise ValueError("epilogue_alpha needs at least one tensor scale")
+    alpha = torch.reciprocal(ts_a.reshape(()).float())
+    return alpha if ts_b is None else alpha.div_(ts_b.reshape(()).float())
+
+
+def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b with FP32 accumulation and an FP32 result (bf16 tensor cores on CUDA)."""
+    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
+        return torch.mm(a, b, out_dtype=torch.float32)
+    return torch.mm(a.float(), b.float())
+
+
+def fused_epilogue(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when scaled_mm takes the cuBLASLt route (the epilogue inside the GEMM)."""
+    return (a.is_cuda and a.dtype == torch.bfloat16 and b.dtype == torch.bfloat16 and not torch.compiler.is_compiling()
+            and cublaslt.available(a.device))
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, ts_a: torch.Tensor | None, ts_b: torch.Tensor | None,
+              out_dtype: torch.dtype) -> torch.Tensor:
+    """(a @ b) * epilogue_alpha(ts_a, ts_b) rounded once to out_dtype, FP32 accumulation:
+    the GEMM of every route that decodes its operands first (impl "dequant", QLinear).
+    a (M, K), b (K, N): decoded values without their tensor scales (None: no scale),
+    transposed views welcome. bf16 on CUDA: one cuBLASLt call with alpha on the device
+    (kernels/cublaslt.py). Otherwise, or where cuBLASLt has no algorithm for the case
+    (STATS counts those): an FP32 product and the epilogue as a second pass (f32 on CPU)."""
+    if fused_epilogue(a, b):
+        alpha = _unit(a.device) if ts_a is None and ts_b is None else epilogue_alpha(ts_a, ts_b)
+        out = cublaslt.matmul(a, b, alpha, out_dtype)
+        if out is not None:
+            return out
+        STATS["lt_fallbacks"] += 1
+    acc = _mm_f32(a, b)
+    if ts_a is None and ts_b is None:
+        return acc.to(out_dtype)
+    if acc.is_cuda:
+        unit = _unit(acc.device)
+        return _epilogue(acc, None, None, unit if ts_a is None else ts_a, unit if ts_b is None else ts_b, out_dtype)
+    return acc.mul_(epilogue_alpha(ts_a, ts_b)).to(out_dtype)

@@ -418,8 +418,16 @@ def decode_unscaled(p: Packed, dtype: torch.dtype = torch.bfloat16) -> Decoded:
     """A Packed operand as a Decoded one: dequantize with a unit tensor scale, so the
     values are value * block scale (exact in bf16 for every 4-bit and FP8 grid) and the
     FP32 tensor scale goes to the GEMM's FP32 output, as the hardware epilogue does."""
-    values = dequantize(Packed(p.codes, p.scales, _unit_like(p.tensor_scale), p.amax, p.fmt, tuple(p.shape), p.axis,
-                               p.rht), dtype)
+    unit = _unit_like(p.tensor_scale)
+    if p.axis == 0 and len(p.shape) == 2:
+        # A column-wise copy decodes in its own (quantized) layout, contiguous, and is
+        # returned as the transposed view: every store of the pass is coalesced (into x's
+        # orientation they are strided: 5x slower on an H200), and a GEMM takes the view as
+        # it is (column-major).
+        r, c = p.shape
+        values = dequantize(Packed(p.codes, p.scales, unit, p.amax, p.fmt, (c, r), -1, p.rht), dtype).t()
+    else:
+        values = dequantize(Packed(p.codes, p.scales, unit, p.amax, p.fmt, tuple(p.shape), p.axis, p.rht), dtype)
     return Decoded(values, p.tensor_scale, p.amax)
 
 

@@ -178,7 +178,8 @@ def check_rowcol(x: torch.Tensor, fmt, rounding_r: str, rounding_c: str, seed: i
 def gemm_bound(a_hat: torch.Tensor, b_hat: torch.Tensor, out_dtype, fp8_tc: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor]:
     """(float64 product C64, allowed |C - C64|) for C = A_hat . B_hat^T computed with FP32
-    accumulation in any order plus two epilogue divisions: 2 (K + 2) 2^-24 |A||B|^T,
+    accumulation in any order plus the epilogue (alpha's two roundings and the product's
+    one; covered twice over): 2 (K + 2) 2^-24 |A||B|^T,
     plus the bf16 output rounding (2^-8 |C64|) and the smallest subnormal. fp8_tc: plus
     2^-9 |A||B|^T for Hopper FP8 tensor-core accumulation (gemm impl "fp8"; empirical:
     at most 2^-11.4 seen on an H200, kernels/gemm.py)."""
