@@ -289,12 +289,22 @@ def test_ue5m3_matches_one_process_within_quantization_noise(launched, reference
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_fsdp2_and_ddp_agree(launched, recipe):
+def test_fsdp2_and_ddp_agree(launched, references, recipe):
     """Same ranks, same data, same SR streams and amax: the two wrappers differ only by
-    fp32 reassociation of the gradient reduction (measured: 1 ulp for bf16, 0 for ue5m3)."""
+    fp32 reassociation of the gradient reduction. In bf16 that is an ulp of the loss.
+    Through a 4-bit quantizer it is nothing until an ulp moves a weight across a rounding
+    boundary, and from then on a flipped code (ue5m3, session 7: equal losses for six
+    steps, then 5e-6 and 7e-5; equal for all eight before the epilogue's rounding changed).
+    So ue5m3's are equal at step 1 and within the quantization noise after it."""
     runs, _ = launched
     a, b = _lines(runs[(recipe, "ddp")]), _lines(runs[(recipe, "fsdp")])
-    assert max(abs(x["loss"] - y["loss"]) for x, y in zip(a, b)) <= BF16_LOSS_TOL
+    diff = np.abs(np.array([x["loss"] for x in a]) - [y["loss"] for y in b])
+    if recipe == "bf16":
+        assert diff.max() <= BF16_LOSS_TOL, diff
+        return
+    ref = np.array([r["loss"] for r in _lines(references["ue5m3"])])
+    noise = np.abs(np.array([r["loss"] for r in _lines(references["ue5m3-sr1"])]) - ref).max()
+    assert diff[0] == 0 and diff.max() <= NOISE_FACTOR * noise, (diff, noise)
 
 
 # ---------------------------------------------------------------- benchmarks/multigpu.py (its CPU-checkable parts)
