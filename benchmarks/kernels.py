@@ -396,6 +396,47 @@ def gemm_epilogue():
         log(row)
 
 
+@section("Wgrad decode of the saved packed X")
+def decode_layout():
+    """ops.decode_unscaled of a column-wise packed copy (QLinear's saved X, decoded for
+    Wgrad) at the 125M model's shapes: in its own layout (the route taken; rows 64 KiB
+    apart) at several tiles and program orders, against x's orientation (transposed
+    stores, the route before session 7); and a row-wise copy for scale. GB/s counts the
+    codes and scale bytes read and the bf16 written."""
+    from fourcast.kernels.utils import Packed
+
+    f = F["ue5m3"]
+    variants = ((8, 512, True), (16, 512, True), (8, 1024, True), (16, 256, True), (64, 128, False))
+    for shape in ((32768, 768), (32768, 2304)) if not SMOKE else ((64, 64),):
+        x = rand(shape)
+        p = ops.quantize(x, f, axis=0)
+        r, c = shape
+        unit = torch.ones((), device=DEV)
+        layout = Packed(p.codes, p.scales, unit, p.amax, p.fmt, (c, r), -1)
+        orig = Packed(p.codes, p.scales, unit, p.amax, p.fmt, (r, c), 0)
+        nbytes = r * c * (0.5 + 2) + p.scales.numel()
+        rows = [(f"layout {v}", layout, v) for v in variants]
+        rows += [(f"x orientation {v}", orig, v) for v in ((64, 128, False), (16, 256, True))]
+        rows.append(("layout default", layout, None))
+        for label, packed, v in rows:
+            if v is None:
+                qk.CONFIG_OVERRIDE.pop("dequant", None)
+            else:
+                qk.CONFIG_OVERRIDE["dequant"] = v
+            try:
+                t = ms(lambda packed=packed: qk.dequantize(packed, torch.bfloat16))
+            except Exception as exc:
+                RES["errors"].append(f"decode {label}: {exc!r}")
+                continue
+            row = dict(shape=f"{r}x{c}", variant=label, us=t * 1e3, gbps=nbytes / (t * 1e-3) / 1e9)
+            RES.setdefault("decode_layout", []).append(row)
+            log(row)
+        qk.CONFIG_OVERRIDE.pop("dequant", None)
+        want = ref.dequantize_layout(p)  # the layout decode's bits (unit tensor scale: p's own here)
+        got = qk.dequantize(Packed(p.codes, p.scales, p.tensor_scale, p.amax, p.fmt, (c, r), -1), torch.float32)
+        RES["checks"].append(dict(what=f"layout decode {r}x{c}", ok=bool(torch.equal(got, want.float()))))
+
+
 def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
     """Top CUDA kernels of one QLinear fwd+bwd (torch.profiler), to see where it goes."""
     from fourcast import nn as fcnn
@@ -785,6 +826,7 @@ def main():
     ARGS = ap.parse_args()
     torch.manual_seed(0)
     steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, gemm_epilogue,
+             decode_layout,
              layer_profiles, peers,
              gemm_bench, gemm_variants, qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]

@@ -10,7 +10,7 @@ import torch
 from fourcast.errors import FormatError, KernelInputError, ShapeError
 from fourcast.kernels import fake_quant as fk
 from fourcast.kernels import gemm as gk
-from fourcast.kernels import hadamard, philox
+from fourcast.kernels import hadamard, ops, philox
 from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
@@ -160,6 +160,25 @@ def test_gemm_column_wise_operand_and_errors():
 def _unit_ts(p):
     """p with tensor scale 1: its dequantize_layout is value(code) * block scale."""
     return ref.Packed(p.codes, p.scales, torch.ones(()), torch.ones(()), p.fmt, p.shape, p.axis)
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "nvfp4-2d", "mxfp4", "ue5m3", "ufp4-int4", "fp8", "mxfp8-e5m2"])
+def test_unscaled_decode_is_value_times_block_scale(name):
+    """qk.dequantize(unscaled=True) (no division by the tensor scale) and ops.decode_unscaled
+    (a column-wise copy decoded in its own layout, returned as the transposed view) give
+    the reference's value(code) * block scale bits."""
+    from fourcast.kernels.utils import Packed
+
+    x = testing.make_input("heavy", (96, 160), torch.float32, seed=5)  # 160 = 5 blocks of 32
+    for axis in (-1, 0):
+        p = ref.quantize(x, F[name], axis=axis)
+        want = ref.dequantize_layout(_unit_ts(p))
+        m, k = want.shape
+        layout = Packed(p.codes, p.scales, p.tensor_scale, p.amax, p.fmt, (m, k), -1)
+        assert testing.same_float(qk.dequantize(layout, torch.float32, unscaled=True), want), (name, axis)
+        dec = ops.decode_unscaled(p, torch.float32)
+        assert testing.same_float(dec.values, want.t() if axis == 0 else want), (name, axis)
+        assert dec.values.shape == x.shape and dec.tensor_scale is p.tensor_scale
 
 
 @pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4"), ("ue5m3", "ufp4"), ("fp8", "mxfp8-e5m2")])

@@ -668,7 +668,7 @@ def dequantize_unscaled(p: Packed, dtype=torch.bfloat16) -> torch.Tensor:
     in bf16 for every format (module doc), so a bf16 GEMM on it loses nothing."""
     m, k = p.layout_shape
     unit = _unit(p.codes.device)
-    return _dequantize(Packed(p.codes, p.scales, unit, unit, p.fmt, (m, k), -1), dtype)
+    return _dequantize(Packed(p.codes, p.scales, unit, unit, p.fmt, (m, k), -1), dtype, unscaled=True)
 
 
 def _gemm_dequant(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> torch.Tensor:

@@ -417,18 +417,22 @@ def rowcol_operands(x: torch.Tensor, fmt, *, fmt_col=None, rounding: str = "rtne
 def decode_unscaled(p: Packed, dtype: torch.dtype = torch.bfloat16) -> Decoded:
     """A Packed operand as a Decoded one: dequantize with a unit tensor scale, so the
     values are value * block scale (exact in bf16 for every 4-bit and FP8 grid) and the
-    FP32 tensor scale goes to the GEMM's FP32 output, as the hardware epilogue does."""
+    FP32 tensor scale goes to the GEMM's epilogue, as the hardware does.
+    A column-wise copy (axis 0, 2-D) decodes in its own quantized layout, whose rows are
+    contiguous, and comes back as the transposed view (a GEMM takes it as it is,
+    column-major): x's orientation would need transposed stores (Wgrad's saved X: 135 us
+    against 83 at 32768 x 768 on an H200, session 7)."""
     unit = _unit_like(p.tensor_scale)
-    if p.axis == 0 and len(p.shape) == 2:
-        # A column-wise copy decodes in its own (quantized) layout, contiguous, and is
-        # returned as the transposed view: every store of the pass is coalesced (into x's
-        # orientation they are strided: 5x slower on an H200), and a GEMM takes the view as
-        # it is (column-major).
-        r, c = p.shape
-        values = dequantize(Packed(p.codes, p.scales, unit, p.amax, p.fmt, (c, r), -1, p.rht), dtype).t()
+    t = p.axis == 0 and len(p.shape) == 2
+    q = Packed(p.codes.contiguous(), p.scales.contiguous(), unit, p.amax, p.fmt,
+               tuple(p.shape[::-1]) if t else tuple(p.shape), -1 if t else p.axis, p.rht)
+    if p.codes.is_cuda and _direct(p.codes, p.scales):
+        from fourcast.kernels import quantize as qk
+
+        values = qk.dequantize(q, dtype, unscaled=True)
     else:
-        values = dequantize(Packed(p.codes, p.scales, unit, p.amax, p.fmt, tuple(p.shape), p.axis, p.rht), dtype)
-    return Decoded(values, p.tensor_scale, p.amax)
+        values = dequantize(q, dtype)
+    return Decoded(values.t() if t else values, p.tensor_scale, p.amax)
 
 
 # Read-only ones, one per (device, dtype, shape): a unit tensor scale without a fill

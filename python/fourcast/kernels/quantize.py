@@ -493,34 +493,44 @@ def _dequantize_kernel(CODES, SCALES, TS, OUT, M, K, s_m, s_k,
                        EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
                        BITS: tl.constexpr, FP8: tl.constexpr, SCALE: tl.constexpr, B: tl.constexpr,
                        TILE2D: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, NANB: tl.constexpr,
-                       RNE_BF16: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+                       RNE_BF16: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, K_FAST: tl.constexpr,
+                       UNSCALED: tl.constexpr):
     """x_hat = value(code) * f32(scale) / tensor_scale (reference.dequantize_layout),
-    written to OUT through strides (s_m, s_k) (the original orientation)."""
-    m = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
-    k = tl.program_id(1) * BK + tl.arange(0, BK)[None, :]
+    written to OUT through strides (s_m, s_k) (the original orientation). K_FAST:
+    neighbouring programs take neighbouring column tiles (dequant_config). Scale bytes
+    are loaded and decoded once per block, then broadcast. UNSCALED: TS is 1 (value *
+    block scale, what a GEMM consumes): the division, exact then, is skipped."""
+    if K_FAST:
+        pid_m, pid_k = tl.program_id(1), tl.program_id(0)
+    else:
+        pid_m, pid_k = tl.program_id(0), tl.program_id(1)
+    m = pid_m * BM + tl.arange(0, BM)[:, None]
+    k = pid_k * BK + tl.arange(0, BK)[None, :]
     inb = (m < M) & (k < K)
     if BITS == 4:
-        k2 = tl.program_id(1) * (BK // 2) + tl.arange(0, BK // 2)[None, :]
+        k2 = pid_k * (BK // 2) + tl.arange(0, BK // 2)[None, :]
         byte = tl.load(CODES + m * (K // 2) + k2, mask=(m < M) & (k2 < K // 2), other=0).to(tl.int32)
         c = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BM, BK))
     else:
         c = tl.load(CODES + m * K + k, mask=inb, other=0).to(tl.int32)
     v = _decode(c, EMIN, MBITS, FIXED, TWOS, BITS, FP8)
-    if SCALE == 0:
-        sv = tl.full(v.shape, 1.0, tl.float32)
-    else:
-        if TILE2D:
-            sb = tl.load(SCALES + (m // 16) * (K // 16) + k // 16, mask=inb, other=0).to(tl.int32)
-        else:
-            sb = tl.load(SCALES + m * (K // B) + k // B, mask=inb, other=0).to(tl.int32)
+    if SCALE != 0:
+        if TILE2D:  # one byte per 16 x 16 tile: [BM / 16, BK / 16]
+            mt = pid_m * (BM // 16) + tl.arange(0, BM // 16)[:, None]
+            kt = pid_k * (BK // 16) + tl.arange(0, BK // 16)[None, :]
+            sb = tl.load(SCALES + mt * (K // 16) + kt, mask=(mt < (M + 15) // 16) & (kt < K // 16), other=0)
+        else:  # one byte per block of B along the row: [BM, BK / B]
+            kb = pid_k * (BK // B) + tl.arange(0, BK // B)[None, :]
+            sb = tl.load(SCALES + m * (K // B) + kb, mask=(m < M) & (kb < K // B), other=0)
+        sb = sb.to(tl.int32)
         if SCALE == 1:
             sv = _pow2(sb - 127)
         else:
             sv = _decode(sb, S_EMIN, S_MBITS, False, False, 9, 0)
-        sv = tl.where(sb == NANB, float("nan"), sv)
-    ts = tl.load(TS)
-    out = tl.math.div_rn(v * sv, tl.broadcast_to(ts, v.shape))
-    tl.store(OUT + m * s_m + k * s_k, _cast_out(out, OUT, RNE_BF16), mask=inb)
+        v = v * _expand(tl.where(sb == NANB, float("nan"), sv), BM, BK, B, TILE2D)
+    if not UNSCALED:
+        v = tl.math.div_rn(v, tl.broadcast_to(tl.load(TS), v.shape))
+    tl.store(OUT + m * s_m + k * s_k, _cast_out(v, OUT, RNE_BF16), mask=inb)
 
 
 @triton.jit
@@ -738,8 +748,9 @@ def quantize_debug(x, fmt, *, axis=-1, rounding="rtne", seed=0, offset=0, rht=No
     return Packed(o["codes"], o["scales"], o["ts"], o["amax"], spec.as_dict(), tuple(x.shape), axis, rht), o["rot"]
 
 
-def dequantize(p: Packed, dtype=torch.bfloat16) -> torch.Tensor:
-    """Triton dequantize: x_hat in the original orientation (reference.dequantize)."""
+def dequantize(p: Packed, dtype=torch.bfloat16, *, unscaled: bool = False) -> torch.Tensor:
+    """Triton dequantize: x_hat in the original orientation (reference.dequantize).
+    unscaled: value * block scale, p's tensor scale not applied (what a GEMM consumes)."""
     spec = p.spec
     check_kernel_input(p.codes, "codes", (torch.uint8,))
     m, k = p.layout_shape
@@ -747,12 +758,28 @@ def dequantize(p: Packed, dtype=torch.bfloat16) -> torch.Tensor:
     r, c = flat2d(p.shape)
     s_m, s_k = (c, 1) if p.axis == -1 else (1, c)
     interp = interpreting()
-    bm, bk = (16, 32) if interp else (64, 128)
+    bm, bk, k_fast = dequant_config(s_k == 1, spec.tile_2d, interp)
     scales = p.scales if p.scales.numel() else p.codes
     ts = p.tensor_scale.to(torch.float32).reshape(1)
-    _dequantize_kernel[(_cdiv(m, bm), _cdiv(k, bk))](
-        p.codes, scales, ts, out, m, k, s_m, s_k, **_dequant_constexprs(spec), RNE_BF16=interp, BM=bm, BK=bk)
+    grid = (_cdiv(k, bk), _cdiv(m, bm)) if k_fast else (_cdiv(m, bm), _cdiv(k, bk))
+    _dequantize_kernel[grid](p.codes, scales, ts, out, m, k, s_m, s_k, **_dequant_constexprs(spec), RNE_BF16=interp,
+                             BM=bm, BK=bk, K_FAST=k_fast, UNSCALED=unscaled)
     return out
+
+
+def dequant_config(rows_out: bool, tile_2d: bool, interp: bool) -> tuple[int, int, bool]:
+    """(BM, BK, K_FAST) of _dequantize_kernel. rows_out: the output is written in the
+    quantized layout (rows contiguous): [8, 512] tiles ([16, 512] for 16 x 16 scale
+    tiles), neighbouring programs along the row. Measured on the H200 (session 7, the
+    kernel before per-block scale loads), decoding the 125M model's saved X in its
+    layout (768 x 32768): [8, 512] 83 us, [16, 256] 101, [32, 256] 186, [64, 128] 170
+    either program order; in x's orientation (transposed stores) [64, 128] 135 (the
+    route of runs 1-10), [16, 256] with K_FAST 89. Transposed output keeps [64, 128]."""
+    if "dequant" in CONFIG_OVERRIDE:
+        return CONFIG_OVERRIDE["dequant"]
+    if interp:
+        return 16, 32, rows_out
+    return (16 if tile_2d else 8, 512, True) if rows_out else (64, 128, False)
 
 
 _DEQUANT_CONSTEXPRS: dict[Spec, dict] = {}
