@@ -28,16 +28,11 @@ def test_strip_tiles(monkeypatch):
     """SR calls take the narrower tile (register pressure of two Philox draws)."""
     from fourcast.kernels import strip
 
-    assert strip.strip_config(16, 0, 0, "none", None, False) == (16, 64, 1)
-    assert strip.strip_config(16, 0, 0, "sr", None, False) == (16, 32, 1)
-    assert strip.strip_config(16, 0, 16, "sr", None, False) == (16, 32, 1)
-    assert strip.strip_config(16, 0, 0, "sr4", None, False) == (16, 32, 1)
-    assert strip.strip_config(16, 0, 16, "sr4", None, False) == (16, 64, 1)  # nvfp4's dY: column RHT16
-    assert strip.strip_config(16, 16, 16, "sr4", None, False) == (16, 32, 1)
-    assert strip.strip_config(32, 64, 0, "none", None, False) == (32, 64, 1)
-    assert strip.strip_config(16, 0, 0, "none", (32, 64, 2), False) == (32, 64, 2)
-    with pytest.raises(ValueError):
-        strip.strip_config(16, 0, 0, "away", None, False)
+    assert strip.strip_config(16, 0, 0, False, None, False) == (16, 64, 1)
+    assert strip.strip_config(16, 0, 0, True, None, False) == (16, 32, 1)
+    assert strip.strip_config(16, 0, 16, True, None, False) == (16, 32, 1)
+    assert strip.strip_config(32, 64, 0, False, None, False) == (32, 64, 1)
+    assert strip.strip_config(16, 0, 0, False, (32, 64, 2), False) == (32, 64, 2)
 
 
 @pytest.mark.parametrize("name", BLOCK_FORMATS)

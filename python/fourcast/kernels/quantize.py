@@ -844,9 +844,8 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     rn = 0 if rht_r is None else rht_r[0]
     rnc = 0 if rht_c is None else rht_c[0]
     if route == "strip":
-        draws = "sr" if "sr" in (rounding_r, rounding_c) else "sr4" if "sr4" in (rounding_r, rounding_c) else "none"
-        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, draws, CONFIG_OVERRIDE.get("strip"),
-                                           interpreting())
+        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2,
+                                           CONFIG_OVERRIDE.get("strip"), interpreting())
     else:
         br, bc, warps = rowcol_config(rn, rnc)
     sr_, _, scale_r, rn_r, l_r = _rht_args(rht_r, bc, dev, 0)

@@ -222,9 +222,8 @@ def amax_config(br: int, bc: int, interpreting: bool) -> tuple[int, int, int]:
     return br, max(bc, 64), 2 if interpreting else 8
 
 
-def strip_config(spec_block: int, rn_r: int, rn_c: int, draws: str, override, interpreting: bool):
+def strip_config(spec_block: int, rn_r: int, rn_c: int, sr: bool, override, interpreting: bool):
     """(BR, BC, warps). BR: one column block, or the column RHT if taller; one warp.
-    draws: "none", "sr" or "sr4", the Philox stream of the call's SR copies.
     Without SR 64 columns: Triton's load layout then gives each thread 4 rows x 8 columns
     (four lanes per column block, two per 16-column row block), 126 registers (ptxas,
     sm_90a); fastest of six tiles on the H200 (kernels-h200.md, session 3; [32, 64] is
@@ -232,17 +231,10 @@ def strip_config(spec_block: int, rn_r: int, rn_c: int, draws: str, override, in
     32 columns: two Philox draws per element at 64 columns need 167-242 registers, which
     starves occupancy (dY call 738 us at 8192^2); at 32 columns 78 and 606 us, the old
     split kernel's 596 (session 4 sweep: [16, 64] on 2 or 4 warps is as fast without an
-    RHT but 2-4x slower with one). Except sr4 with a column RHT and no row RHT (the nvfp4
-    recipe's dY): 64 columns, 0.96 against 1.07 ms at 32768 x 4608 (session 6 sr_stream;
-    without the RHT 32 columns stay faster, 0.71 against 0.80). override: a (BR, BC, warps)
-    from the benchmarks."""
-    if draws not in ("none", "sr", "sr4"):
-        raise ValueError(f"draws must be 'none', 'sr' or 'sr4', got {draws!r}")
+    RHT but 2-4x slower with one). override: a (BR, BC, warps) from the benchmarks."""
     br = max(spec_block, rn_c, 16)
     if override is not None:
         return max(br, override[0]), max(override[1], rn_r), override[2]
-    if interpreting:
-        return br, max(32, rn_r), 1
-    if draws == "sr" or (draws == "sr4" and not (rn_c > 0 and rn_r == 0)):
+    if interpreting or sr:
         return br, max(32, rn_r), 1
     return br, max(64, rn_r), 1
