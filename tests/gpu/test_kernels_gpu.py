@@ -90,6 +90,24 @@ def test_against_rust_codec():
         assert float(p.tensor_scale) == q.tensor_scale and float(p.amax) == q.amax
 
 
+@pytest.mark.parametrize("name", ["ue5m3", "nvfp4-2d", "mxfp4", "fp8"])
+def test_decode_unscaled_real_size(name):
+    """ops.decode_unscaled on CUDA (the unscaled Triton decode; a column-wise copy in its
+    own layout, returned transposed): value(code) * block scale bit for bit, at the 125M
+    model's saved-X shape, into a poisoned output."""
+    from fourcast.kernels.utils import Packed
+
+    x = testing.make_input("heavy", (4096, 768), torch.bfloat16, DEV, seed=31)
+    for axis in (-1, 0):
+        p = ops.quantize(x, F[name], axis=axis)
+        unit = torch.ones((), device=DEV)
+        want = ref.dequantize_layout(Packed(p.codes, p.scales, unit, unit, p.fmt, p.layout_shape, -1))
+        dec = ops.decode_unscaled(p, torch.bfloat16)
+        assert dec.values.shape == x.shape
+        got = dec.values.t() if axis == 0 else dec.values
+        assert testing.same_float(got.float(), want.to(torch.bfloat16).float()), (name, axis)
+
+
 def test_ops_dispatch_cuda_to_triton():
     x = testing.make_input("heavy", (256, 512), torch.bfloat16, DEV, seed=6)
     p = ops.quantize(x, F["nvfp4"])
