@@ -133,6 +133,7 @@ RUN2, RUN4, RUN5, RUN6 = (RESULTS / f"training-h200-run{n}" for n in (2, 4, 5, 6
 RUN7 = RESULTS / "training-h200-run7/50m"
 RUN8 = RESULTS / "training-h200-run8"
 RUN10 = RESULTS / "training-h200-run10"
+RUN11 = RESULTS / "training-h200-run11"
 # The model's [emulation] terms are fitted on run 10 (the current quantizer: the strip
 # kernel's amax pass in its own kernel, rounding "sr4"); run 8 ran the older amax pass, so
 # only its GEMM and attention cells stay pinned (its quantize ops took 7-26% longer).
@@ -209,6 +210,17 @@ def test_h200_prediction_of_event_time_stays_within_committed_bounds(recipe, run
         if r == recipe:
             err = rep.h200_error[cls]
             assert abs(err) <= bound, f"{run.name} {recipe} {cls}: {err:+.1%} outside committed {bound:.0%}"
+
+
+def test_the_scale_pass_is_priced_only_where_the_gemm_ran_one():
+    """Runs before session 7 (no "epilogue" field) made an FP32 product and a scale pass
+    after each emulated GEMM: a memory op beside it. Run 11's cuBLASLt GEMMs ("fused") did not."""
+    for run, extra in ((RUN10 / "125m/ue5m3+sr4", True), (RUN11 / "125m/ue5m3+sr4", False)):
+        prof = project.load_profile(run)
+        op = next(o for o in prof["ops"] if o["kind"] == "gemm" and o.get("path") == "fused" and o["role"] == "fprop")
+        assert op.get("epilogue", "pass") == ("pass" if extra else "fused")
+        priced = project.as_measured({**prof, "ops": [op]})
+        assert [o["op"] for _, o, _ in priced] == (["gemm", "memory"] if extra else ["gemm"]), run
 
 
 def test_emulation_costs_only_price_the_h200_base():
