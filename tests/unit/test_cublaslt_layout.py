@@ -32,3 +32,23 @@ def test_alignment_is_the_largest_power_of_two_up_to_256():
 
 def test_unavailable_without_cuda():
     assert not cublaslt.available(torch.device("cpu"))
+
+
+def test_the_library_binds_where_torch_ships_it(monkeypatch):
+    """With CUDA present (faked here), _lib finds the libcublasLt of torch's CUDA wheels and
+    binds every entry point it calls; without one it gives None (the cuBLAS route)."""
+    import ctypes
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_blas_handle", lambda: 0)
+    cublaslt._lib.cache_clear()
+    try:
+        lib, path = cublaslt._lib(), cublaslt._library_path()
+        if path is None:
+            assert lib is None
+        else:
+            assert "libcublasLt.so" in path and lib is not None
+            assert lib.cublasLtMatmul.restype is ctypes.c_int and len(lib.cublasLtMatmul.argtypes) == 16
+            assert len(lib.cublasLtMatmulAlgoGetHeuristic.argtypes) == 10
+    finally:
+        cublaslt._lib.cache_clear()

@@ -88,7 +88,10 @@ def _lib():
     path = _library_path()
     if path is None:
         return None
-    lib = ctypes.CDLL(path)
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:  # unloadable: the callers take the cuBLAS route instead
+        return None
     vp, sz, i32, u64, i64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
     sigs = {
         "cublasLtCreate": [ctypes.POINTER(vp)],
@@ -102,7 +105,9 @@ def _lib():
         "cublasLtMatmul": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, ctypes.POINTER(_Algo), vp, sz, vp],
     }
     for name, args in sigs.items():
-        fn = getattr(lib, name)
+        fn = getattr(lib, name, None)
+        if fn is None:  # a library too old for one of the entry points
+            return None
         fn.argtypes, fn.restype = args, i32
     return lib
 
