@@ -32,6 +32,7 @@ import os
 import torch
 
 from fourcast.errors import BackendError
+from fourcast.kernels.utils import device_scalar
 
 WORKSPACE_BYTES = 32 << 20
 
@@ -131,7 +132,6 @@ def _handle(index: int) -> ctypes.c_void_p:
 
 
 _WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
-_ZEROS: dict[int, torch.Tensor] = {}
 
 
 def _workspace(index: int, stream: int) -> torch.Tensor:
@@ -139,13 +139,6 @@ def _workspace(index: int, stream: int) -> torch.Tensor:
     if ws is None:
         ws = _WORKSPACES[(index, stream)] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=f"cuda:{index}")
     return ws
-
-
-def _zero(index: int) -> torch.Tensor:
-    z = _ZEROS.get(index)
-    if z is None:
-        z = _ZEROS[index] = torch.zeros((), dtype=torch.float32, device=f"cuda:{index}")
-    return z
 
 
 def _as_lt(t: torch.Tensor) -> tuple[int, int, int, int] | None:
@@ -219,8 +212,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, alpha: torch.Tensor, out_dtype: tor
         return None
     stream = torch.cuda.current_stream(a.device).cuda_stream
     ws = _workspace(index, stream)
+    beta = device_scalar(0.0, a.device)  # POINTER_MODE_DEVICE reads beta from the GPU too
     _check(_lib().cublasLtMatmul(_handle(index), plan.desc, alpha.data_ptr(), b.data_ptr(), plan.a, a.data_ptr(),
-                                 plan.b, _zero(index).data_ptr(), d.data_ptr(), plan.d, d.data_ptr(), plan.d,
+                                 plan.b, beta.data_ptr(), d.data_ptr(), plan.d, d.data_ptr(), plan.d,
                                  ctypes.byref(plan.heuristic.algo), ws.data_ptr(), WORKSPACE_BYTES, stream),
            "cublasLtMatmul")
     return d

@@ -70,6 +70,7 @@ from fourcast.kernels.utils import (
     Packed,
     check_gemm_impl,
     check_kernel_input,
+    device_scalar,
     interpreting,
     is_mx_e2m1,
 )
@@ -652,15 +653,9 @@ def _auto_impl(a: Packed, b: Packed, m: int, n: int, k: int) -> str:
     return "fp8" if fp8 else "dequant"
 
 
-_UNITS: dict[torch.device, torch.Tensor] = {}
-
-
 def _unit(device) -> torch.Tensor:
     """A read-only f32 1.0 per device (unit tensor scale, unit _scaled_mm scale)."""
-    u = _UNITS.get(device)
-    if u is None:
-        u = _UNITS[device] = torch.ones((), dtype=torch.float32, device=device)
-    return u
+    return device_scalar(1.0, device)
 
 
 def dequantize_unscaled(p: Packed, dtype=torch.bfloat16) -> torch.Tensor:

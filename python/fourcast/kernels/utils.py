@@ -307,6 +307,20 @@ def check_gemm_impl(impl: str, a: Spec, b: Spec) -> str:
     return impl
 
 
+_SCALARS: dict[tuple, torch.Tensor] = {}
+
+
+def device_scalar(value: float, device) -> torch.Tensor:
+    """A read-only f32 0-d tensor holding `value` on `device`, made once: constants a
+    kernel or library call reads from device memory (unit tensor scales, cuBLASLt's
+    beta) without a fill kernel per call. Never write to it."""
+    key = (float(value), torch.device(device))
+    t = _SCALARS.get(key)
+    if t is None:
+        t = _SCALARS[key] = torch.full((), value, dtype=torch.float32, device=device)
+    return t
+
+
 def interpreting() -> bool:
     """True under TRITON_INTERPRET=1 (the kernels then run on CPU tensors)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
