@@ -51,7 +51,7 @@ def fake_cuda():
     from fourcast.kernels import strip as sk
 
     kernels = ((qk, "_quantize_kernel"), (qk, "_rowcol_kernel"), (qk, "_dequantize_kernel"), (sk, "_strip_kernel"),
-               (gk, "_epilogue_kernel"))
+               (sk, "_strip_amax_kernel"), (gk, "_epilogue_kernel"), (gk, "_alpha_kernel"))
     saved = {(mod, name): getattr(mod, name) for mod, name in kernels}
     saved_mm = gk._mm_f32
     had_prop = "is_cuda" in torch.Tensor.__dict__

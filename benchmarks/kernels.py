@@ -29,6 +29,7 @@ from triton.testing import do_bench
 import fourcast as fc
 from fourcast.kernels import fake_quant as fk
 from fourcast.kernels import gemm as gk
+from fourcast.kernels import launcher
 from fourcast.kernels import ops
 from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
@@ -782,16 +783,26 @@ def qlinear_host():
         for name in ("ue5m3", "nvfp4"):
             layers[name] = steady_qlinear(name, x, dy, "fused")
         row = dict(shape=f"M{m} N{n} K{k}")
-        for name, fn in layers.items():
-            fn()
-            gpu = ms(fn, rep=50)
+
+        def enqueue_ms(fn):
             sync()
             t0 = time.perf_counter()
             for _ in range(20):
                 fn()
-            enqueue = (time.perf_counter() - t0) / 20 * 1e3
+            t = (time.perf_counter() - t0) / 20 * 1e3
             sync()
-            row[name] = dict(gpu_ms=gpu, enqueue_ms=enqueue)
+            return t
+
+        for name, fn in layers.items():
+            fn()
+            gpu = ms(fn, rep=50)
+            row[name] = dict(gpu_ms=gpu, enqueue_ms=enqueue_ms(fn))
+            if name != "bf16":  # the same launches through Triton's own binding (launcher.py off)
+                launcher.ENABLED = False
+                try:
+                    row[name]["enqueue_ms_triton_launch"] = enqueue_ms(fn)
+                finally:
+                    launcher.ENABLED = True
         RES.setdefault("qlinear_host", []).append(row)
         log(row)
         save()

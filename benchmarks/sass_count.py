@@ -28,7 +28,7 @@ PTRS = dict(X="*bf16", CODES="*u8", SCALES="*u8", XHAT="*bf16", ROT="*fp32", AMA
             TS_OUT="*fp32", SIGNS="*fp32", HMAT="*fp32")
 SCALARS = dict(M="i32", K="i32", s_m="i32", seed="i64", offset="i64", rht_scale="fp32")
 RC_PTRS = dict(X="*bf16", CODES_R="*u8", SCALES_R="*u8", XHAT_R="*bf16", CODES_C="*u8", SCALES_C="*u8",
-               XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN="*fp32", TS_OUT="*fp32", SIGNS_R="*fp32", SIGNS_C="*fp32")
+               XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32", TS_OUT="*fp32", SIGNS_R="*fp32", SIGNS_C="*fp32")
 RC_SCALARS = dict(R="i32", C="i32", seed="i64", offset_r="i64", offset_c="i64", scale_r="fp32", scale_c="fp32")
 
 

@@ -182,6 +182,7 @@ def test_cublaslt_scaled_mm_layouts(a_t, b_t):
     a, b = (a.t() if a_t else a), (b.t() if b_t else b)
     ts_a, ts_b = torch.tensor(2688.0 / 37.5, device=DEV), torch.tensor(0.3, device=DEV)
     alpha = gk.epilogue_alpha(ts_a, ts_b)
+    assert alpha.item() == float(np.float32(1) / np.float32(2688.0 / 37.5) / np.float32(0.3))
     before = gk.STATS["lt_fallbacks"]
     for out in (torch.bfloat16, torch.float32):
         c = gk.scaled_mm(a, b, ts_a, ts_b, out)

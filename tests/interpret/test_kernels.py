@@ -203,6 +203,9 @@ def test_epilogue_alpha_and_the_triton_epilogue(ts_a, ts_b):
     tb = None if ts_b is None else torch.tensor(ts_b, dtype=torch.float32)
     alpha = gk.epilogue_alpha(ta, tb)
     assert alpha.dtype == torch.float32 and alpha.item() == float(want) and np.isfinite(want)
+    kernel_alpha = torch.empty((), dtype=torch.float32)  # the CUDA route's kernel
+    gk._alpha_kernel[(1,)](ta, torch.ones(()) if tb is None else tb, kernel_alpha)
+    assert kernel_alpha.item() == float(want)
     acc = testing.make_input("heavy", (40, 72), seed=3) * 1e3
     for out in (torch.float32, torch.bfloat16):
         got = gk._epilogue(acc.clone(), None, None, ta, torch.ones(()) if tb is None else tb, out)

@@ -59,7 +59,7 @@ import triton
 import triton.language as tl
 
 from fourcast.errors import ShapeError
-from fourcast.kernels import cublaslt
+from fourcast.kernels import cublaslt, launcher
 from fourcast.kernels.quantize import SCALE_KIND, _cast_out, _cdiv, _decode, _pow2
 from fourcast.kernels.reference import grid_values
 from fourcast.kernels.quantize import dequantize as _dequantize
@@ -615,9 +615,9 @@ def _gemm_triton(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> tor
     if kernel == "split":
         if not interpreting():
             consts["maxnreg"] = CONFIG_OVERRIDE.get("maxnreg", split_maxnreg(bm, bn, warps))
-        _split_kernel[grid](*args, **consts, **plan)
+        launcher.run(_split_kernel, grid, args, dict(consts, **plan))
     else:
-        _gemm_kernel[grid](*args, **consts)
+        launcher.run(_gemm_kernel, grid, args, consts)
     return c
 
 
@@ -740,9 +740,9 @@ def to_e4m3_rowref(p: Packed, flags: torch.Tensor | None = None):
     ok = torch.empty((r,), dtype=torch.uint8, device=dev)
     flags = torch.zeros((1,), dtype=torch.int32, device=dev) if flags is None else flags
     br, bk, warps = _conv_config(k, spec.block)
-    _mx_to_e4m3_kernel[(_cdiv(r, br),)](p.codes, p.scales, p.tensor_scale.reshape(1).float(), out, rscale, ok, flags,
-                                        r, k, B=spec.block, NB2=triton.next_power_of_2(k // spec.block), BR=br,
-                                        BK=bk, num_warps=warps)
+    launcher.run(_mx_to_e4m3_kernel, (_cdiv(r, br),),
+                 (p.codes, p.scales, p.tensor_scale.reshape(1).float(), out, rscale, ok, flags, r, k),
+                 dict(B=spec.block, NB2=triton.next_power_of_2(k // spec.block), BR=br, BK=bk, num_warps=warps))
     return out, rscale, ok.bool()
 
 
@@ -810,25 +810,37 @@ def _epilogue(acc: torch.Tensor, sa, sb, ts_a: torch.Tensor, ts_b: torch.Tensor,
     c = acc if out_dtype == torch.float32 else torch.empty((m, n), dtype=out_dtype, device=acc.device)
     bm, bn = (32, 32) if interpreting() else (64, 128)
     rowcol = sa is not None
-    _epilogue_kernel[(_cdiv(m, bm), _cdiv(n, bn))](
-        acc, sa if rowcol else acc, sb if rowcol else acc, ts_a.reshape(1).float(), ts_b.reshape(1).float(), c, m, n,
-        ROWCOL=rowcol, RNE_BF16=interpreting(), BM=bm, BN=bn, num_warps=4)
+    launcher.run(_epilogue_kernel, (_cdiv(m, bm), _cdiv(n, bn)),
+                 (acc, sa if rowcol else acc, sb if rowcol else acc, ts_a.reshape(1).float(), ts_b.reshape(1).float(),
+                  c, m, n), dict(ROWCOL=rowcol, RNE_BF16=interpreting(), BM=bm, BN=bn, num_warps=4))
     return c
 
 
 # ------------------------------------------------------------------ the emulated GEMM on decoded operands
 
 
+@triton.jit
+def _alpha_kernel(TS_A, TS_B, OUT):
+    ts_a = tl.load(TS_A)
+    tl.store(OUT, tl.math.div_rn(tl.math.div_rn(tl.full(ts_a.shape, 1.0, tl.float32), ts_a), tl.load(TS_B)))
+
+
 def epilogue_alpha(ts_a: torch.Tensor | None, ts_b: torch.Tensor | None) -> torch.Tensor:
     """alpha = (1 / ts_a) / ts_b, an f32 scalar on their device (a missing scale counts as
     1): the factor every GEMM route's epilogue multiplies the FP32 product by. Taking the
-    reciprocal first keeps it finite wherever the result is (ts_a * ts_b can overflow)."""
+    reciprocal first keeps it finite wherever the result is (ts_a * ts_b can overflow).
+    On CUDA one tiny kernel (one launch per GEMM where torch's ops took two), the same bits."""
     if ts_a is None:
         ts_a, ts_b = ts_b, None
     if ts_a is None:
         raise ValueError("epilogue_alpha needs at least one tensor scale")
-    alpha = torch.reciprocal(ts_a.reshape(()).float())
-    return alpha if ts_b is None else alpha.div_(ts_b.reshape(()).float())
+    ts_a = ts_a.reshape(()).float()
+    ts_b = _unit(ts_a.device) if ts_b is None else ts_b.reshape(()).float()
+    if ts_a.is_cuda:
+        alpha = torch.empty((), dtype=torch.float32, device=ts_a.device)
+        launcher.run(_alpha_kernel, (1,), (ts_a, ts_b, alpha), dict(num_warps=1))
+        return alpha
+    return torch.reciprocal(ts_a).div_(ts_b)
 
 
 def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

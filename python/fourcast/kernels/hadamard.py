@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from fourcast.errors import ShapeError
+from fourcast.kernels import launcher
 from fourcast.kernels.quantize import _cast_out, _rht_scale, _rotate, rht_norm
 from fourcast.kernels.utils import check_kernel_input, check_rht, interpreting
 
@@ -46,7 +47,7 @@ def rht(x: torch.Tensor, n: int, signs: torch.Tensor, axis: int = -1) -> torch.T
     bk = max(64, n) if not interpreting() else max(32, n)
     bm = max(16, 4096 // bk) if not interpreting() else 16
     scale = _rht_scale(n)
-    _rht_kernel[(triton.cdiv(r, bm), triton.cdiv(c, bk))](
-        xm, y, signs.contiguous(), r, c, scale, N=n, LOG2N=int(math.log2(n)), RNE_BF16=interpreting(), NORM=rht_norm(n), BM=bm, BK=bk,
-        num_warps=4)
+    launcher.run(_rht_kernel, (triton.cdiv(r, bm), triton.cdiv(c, bk)), (xm, y, signs.contiguous(), r, c, scale),
+                 dict(N=n, LOG2N=int(math.log2(n)), RNE_BF16=interpreting(), NORM=rht_norm(n), BM=bm, BK=bk,
+                      num_warps=4))
     return y.movedim(-1, axis)

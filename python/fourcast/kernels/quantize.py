@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from fourcast.errors import ShapeError
-from fourcast.kernels import reference
+from fourcast.kernels import launcher, reference
 from fourcast.kernels.philox import sr_uniform, sr_uniform_x4
 from fourcast.kernels.utils import (
     NAN_BYTE,
@@ -426,7 +426,7 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
 
 
 @triton.jit
-def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN, TS_OUT,
+def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT,
                    SIGNS_R, SIGNS_C, R, C, seed, offset_r, offset_c, scale_r, scale_c,
                    EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
                    BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
@@ -463,8 +463,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         tl.atomic_max(AMAX_BITS, tl.max(tl.max(tl.abs(yr).to(tl.int32, bitcast=True), axis=1), axis=0))
         tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(tl.abs(yc).to(tl.int32, bitcast=True), axis=1), axis=0))
     if PASS == 1:
-        amax_r = tl.load(AMAX_IN).to(tl.float32)
-        amax_c = tl.load(AMAX_IN + 1).to(tl.float32)
+        amax_r = tl.load(AMAX_IN_R).to(tl.float32)
+        amax_c = tl.load(AMAX_IN_C).to(tl.float32)
         codes, xhat, sbytes, ts_r = _quant_tile(
             yr, r, c, pid_c * BC, R, C, amax_r, seed, offset_r, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
             TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE_R, BR, BC, UNSCALED)
@@ -691,7 +691,9 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
     grid = (_cdiv(m, bm), _cdiv(k, bk))
     consts = _constexprs(spec, rounding)
     need_amax = (spec.two_level or spec.per_tensor) and tensor_amax is None
-    amax_bits = torch.zeros(1, dtype=torch.int32, device=dev)
+    # the amax's bits (atomic max: zeroed first) where a pass measures it
+    amax_bits = torch.zeros(1, dtype=torch.int32, device=dev) if tensor_amax is None else \
+        _dummy_f32(dev).view(torch.int32)
     u8 = _empty_u8(dev)
     pk = spec.packed
     codes = torch.empty((m, k // 2 if pk else k), dtype=torch.uint8, device=dev) if write_codes else u8
@@ -714,10 +716,10 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
     args = (x, codes, scales, xhat, rot, amax_bits, amax_in, ts, signs, hmat, m, k, s_m, s_k, int(seed),
             int(offset), rscale)
     if need_amax:
-        _quantize_kernel[grid](*args, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False,
-                               WRITE_ROT=False, **common)
-    _quantize_kernel[grid](*args, PASS=1, FUSE_AMAX=tensor_amax is None and not need_amax,
-                           WRITE_CODES=write_codes, WRITE_XHAT=write_xhat, WRITE_ROT=write_rot, **common)
+        launcher.run(_quantize_kernel, grid, args, dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False,
+                                                        WRITE_XHAT=False, WRITE_ROT=False))
+    launcher.run(_quantize_kernel, grid, args, dict(common, PASS=1, FUSE_AMAX=tensor_amax is None and not need_amax,
+                                                    WRITE_CODES=write_codes, WRITE_XHAT=write_xhat, WRITE_ROT=write_rot))
     amax = amax_in.view(()) if tensor_amax is not None else amax_bits.view(torch.float32).view(())
     return dict(codes=codes, scales=scales, xhat=xhat, rot=rot, ts=ts, amax=amax, m=m, k=k)
 
@@ -762,8 +764,8 @@ def dequantize(p: Packed, dtype=torch.bfloat16, *, unscaled: bool = False) -> to
     scales = p.scales if p.scales.numel() else p.codes
     ts = p.tensor_scale.to(torch.float32).reshape(1)
     grid = (_cdiv(k, bk), _cdiv(m, bm)) if k_fast else (_cdiv(m, bm), _cdiv(k, bk))
-    _dequantize_kernel[grid](p.codes, scales, ts, out, m, k, s_m, s_k, **_dequant_constexprs(spec), RNE_BF16=interp,
-                             BM=bm, BK=bk, K_FAST=k_fast, UNSCALED=unscaled)
+    launcher.run(_dequantize_kernel, grid, (p.codes, scales, ts, out, m, k, s_m, s_k),
+                 dict(_dequant_constexprs(spec), RNE_BF16=interp, BM=bm, BK=bk, K_FAST=k_fast, UNSCALED=unscaled))
     return out
 
 
@@ -824,7 +826,8 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
                   amax_r, amax_c, *, write_codes, write_xhat, xhat_dtype=None, unscaled: bool = False):
     """Both copies of a 2-D x from one read per tile (after an amax pass if needed).
     write_codes / write_xhat: a bool for both copies or a (row, col) pair. unscaled:
-    x_hat without the tensor scale (value * block scale, exact in bf16)."""
+    x_hat without the tensor scale (value * block scale, exact in bf16). The returned
+    amaxes are 0-d tensors: a given one as given (not copied), a measured one a view."""
     if x.dim() != 2:
         raise ValueError(f"quantize_rowcol needs a 2-D tensor, got shape {tuple(x.shape)}")
     R, C = x.shape
@@ -870,48 +873,40 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     xd = xhat_dtype or x.dtype
     xhat_r = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[0] else x
     xhat_c = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[1] else x
-    amax_bits = torch.zeros(2, dtype=torch.int32, device=dev)
     ts = torch.empty(2, dtype=torch.float32, device=dev)
     needs = spec.two_level or spec.per_tensor
     fresh = needs and (amax_r is None or amax_c is None)
-    given = [amax_r, amax_c]
-    if all(a is not None for a in given):
-        amax_in = torch.stack([torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(()) for a in given])
-    else:
-        amax_in = amax_bits.view(torch.float32)
+    fuse = not needs and amax_r is None and amax_c is None
+    # The measured amaxes' bits (atomic max, so zeroed first), only where a pass measures them.
+    amax_bits = torch.zeros(2, dtype=torch.int32, device=dev) if fresh or fuse else _dummy_f32(dev).view(torch.int32)
+    measured = amax_bits.view(torch.float32)
+    amax_in = tuple(measured[i] if a is None else torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(())
+                    for i, a in enumerate((amax_r, amax_c)))
     grid = (_cdiv(R, br), _cdiv(C, bc))
     common = dict(consts, MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c], RN_R=rn_r, LOG2N_R=l_r,
                   RNE_BF16=interpreting(), NORM_R=rht_norm(rn_r), BR=br, BC=bc, UNSCALED=unscaled, num_warps=warps)
     if route == "strip":
         kernel = strip._strip_kernel
         common.update(RN_C=rn_c, LOG2N_C=l_c, NORM_C=rht_norm(rn_c))
-        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
                 int(seed), int(offset), int(offset) + R * C)
         flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
     else:
         kernel = _rowcol_kernel
         common.update(RN_C=rn_c, LOG2N_C=l_c, NORM_C=rht_norm(rn_c))
-        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, amax_in, ts, sr_, sc_, R, C,
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
                 int(seed), int(offset), int(offset) + R * C, scale_r, scale_c)
         flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0], PASS=1)
     if fresh:
         if route == "strip":
             br0, bc0, iters = strip.amax_config(br, bc, interpreting())
-            strip._strip_amax_kernel[(_cdiv(R, br0 * iters), _cdiv(C, bc0))](
-                x, amax_bits, sr_, sc_, R, C, RN_R=rn_r, LOG2N_R=l_r, NORM_R=rht_norm(rn_r), RN_C=rn_c, LOG2N_C=l_c,
-                NORM_C=rht_norm(rn_c), BR=br0, BC=bc0, ITERS=iters, num_warps=1)
+            launcher.run(strip._strip_amax_kernel, (_cdiv(R, br0 * iters), _cdiv(C, bc0)), (x, amax_bits, sr_, sc_, R, C),
+                         dict(RN_R=rn_r, LOG2N_R=l_r, NORM_R=rht_norm(rn_r), RN_C=rn_c, LOG2N_C=l_c,
+                              NORM_C=rht_norm(rn_c), BR=br0, BC=bc0, ITERS=iters, num_warps=1))
         else:
-            kernel[grid](*args, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False, **common)
-        if any(a is not None for a in given):  # one copy's amax supplied, the other measured
-            measured = amax_bits.view(torch.float32)
-            amax_in = torch.stack([measured[i] if a is None else
-                                   torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(())
-                                   for i, a in enumerate(given)])
-            args = args[:8] + (amax_in,) + args[9:]
-    fuse = not needs and all(a is None for a in given)
-    kernel[grid](*args, FUSE_AMAX=fuse, **flags, **common)
-    amax = amax_in if (needs and not fresh) or any(a is not None for a in given) else amax_bits.view(torch.float32)
-    return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax)
+            launcher.run(kernel, grid, args, dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False))
+    launcher.run(kernel, grid, args, dict(common, FUSE_AMAX=fuse, **flags))
+    return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax_in)
 
 
 def quantize_rowcol(x, spec, spec_c, rounding_r, rounding_c, seed, offset, rht_r, rht_c, amax_r=None, amax_c=None):

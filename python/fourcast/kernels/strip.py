@@ -124,7 +124,7 @@ def _strip_amax_kernel(X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C, RN_R: tl.constexpr,
 
 
 @triton.jit
-def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN, TS_OUT,
+def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT,
                   SIGNS_R, SIGNS_C, R, C, seed, offset_r, offset_c,
                   EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
                   BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
@@ -137,7 +137,7 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
                   RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
                   RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
     """See the module doc: quantize and store what *_ON ask (the tensor amaxes from
-    AMAX_IN: _strip_amax_kernel's, or given; FUSE_AMAX: single-level formats record them
+    AMAX_IN_R / AMAX_IN_C: _strip_amax_kernel's, or given; FUSE_AMAX: single-level formats record them
     here). Program ids: rows fastest, so neighbouring programs fill the same transposed rows."""
     pid_r = tl.program_id(0)
     pid_c = tl.program_id(1)
@@ -149,8 +149,8 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
     if FUSE_AMAX:
         tl.atomic_max(AMAX_BITS, tl.max(tl.max(tl.abs(yr).to(tl.int32, bitcast=True), axis=1), axis=0))
         tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(tl.abs(yc).to(tl.int32, bitcast=True), axis=1), axis=0))
-    s_r, p_r = _tensor_scales(tl.load(AMAX_IN).to(tl.float32), False, RULE, NUM)
-    s_c, p_c = _tensor_scales(tl.load(AMAX_IN + 1).to(tl.float32), False, RULE, NUM)
+    s_r, p_r = _tensor_scales(tl.load(AMAX_IN_R).to(tl.float32), False, RULE, NUM)
+    s_c, p_c = _tensor_scales(tl.load(AMAX_IN_C).to(tl.float32), False, RULE, NUM)
     if CODES_R_ON or XHAT_R_ON:
         bmax = _block_max(tl.abs(yr).to(tl.int32, bitcast=True), BR, BC, B, TILE2D)
         sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
