@@ -334,8 +334,9 @@ SR_STREAM_TILES = ((16, 32, 1), (16, 64, 1))
 
 @section("SR streams")
 def sr_stream():
-    """The strip kernel's two dY SR calls with rounding "sr" (a Philox per element) and
-    "sr4" (one per four elements, philox.py), at the SR tiles; 8192^2 and the 125M
+    """The strip kernel's two dY SR calls with rounding "sr" (a Philox per element), "sr4"
+    (one per four elements) and "sr16" (one per sixteen, 8-bit uniforms; philox.py), at
+    the SR tiles; 8192^2 and the 125M
     model's 32768 x 4608 dY. Session 6's first call timed the same calls with the draw
     written three ways (kernels-h200-session6.json: RNG 0/1/2)."""
     qk.CONFIG_OVERRIDE["rowcol"] = "strip"
@@ -347,7 +348,7 @@ def sr_stream():
                          ("dY nvfp4: decoded both, col RHT16", dict(fmt=F["nvfp4"], rht_col=(16, s16)))):
             for tile in SR_STREAM_TILES if not SMOKE else SR_STREAM_TILES[:1]:
                 qk.CONFIG_OVERRIDE["strip"] = tile
-                for rounding in ("sr", "sr4"):
+                for rounding in ("sr", "sr4", "sr16"):
                     def call(x=x, rounding=rounding, kw=kw):
                         return ops.rowcol_operands(x, rounding=rounding, seed=1, offset=2**32 - 3, tensor_amax=amax,
                                                    tensor_amax_col=amax, outputs=("decoded", "decoded"), **kw)
@@ -359,7 +360,7 @@ def sr_stream():
         # kernel first; MX: recorded by the quantize pass's own atomics)
         qk.CONFIG_OVERRIDE.pop("strip", None)
         for name, fmt in (("dY ue5m3", F["ue5m3"]), ("dY mxfp4", F["mxfp4"])):
-            for rounding in ("sr", "sr4"):
+            for rounding in ("sr", "sr4", "sr16"):
                 time_quantizer(f"sr_stream {name}: decoded both, {rounding}, amax measured", shape, 2, True,
                                lambda x=x, fmt=fmt, rounding=rounding: ops.rowcol_operands(
                                    x, fmt, rounding=rounding, seed=1, outputs=("decoded", "decoded")),

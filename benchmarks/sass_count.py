@@ -92,7 +92,7 @@ def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unsc
     from fourcast.kernels import strip as sk
 
     spec = parse_fmt(_fmt(fmt))
-    br, bc, warps = sk.strip_config(spec.block, 0, rn_c, rounding in ("sr", "sr4"), None, False)
+    br, bc, warps = sk.strip_config(spec.block, 0, rn_c, rounding in ("sr", "sr4", "sr16"), None, False)
     c = qk._constexprs(spec, rounding)
     mode = c.pop("MODE")
     c.update(MODE_R=mode, MODE_C=mode, FUSE_AMAX=False, CODES_R_ON=codes[0], XHAT_R_ON=xhat[0],

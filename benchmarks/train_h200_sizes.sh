@@ -2,7 +2,8 @@
 # One device call of training runs at several sizes, each run with a timeline step
 # (FOURCAST_TIMELINE_STEP: GPU time per op in profile.json), each size packed into $OUT
 # as it finishes (a call cut at its limit keeps the rest). A recipe "preset+sr4" is the
-# preset with its SR operands on the four-per-counter Philox stream (sr_stream = x4).
+# preset with its SR operands on the four-per-counter Philox stream (sr_stream = x4);
+# "preset+sr16" on the sixteen-per-counter 8-bit stream (sr_stream = x16).
 #   run(command="RUN=run10 bash benchmarks/train_h200_sizes.sh", carry=[".devwheel", ".devdata"])
 # The runs made with it (benchmarks/results/training-h200-run*/):
 #   run 8:  RUN=run8 CONFIGS="125m:32:1024:bf16,ue5m3,nvfp4,mxfp4,ufp4 350m:16:2048:bf16,ue5m3,nvfp4

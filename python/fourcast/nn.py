@@ -63,6 +63,7 @@ ROLES = ("fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy", "wgrad.x")
 ROLE_INDEX = {key: i for i, key in enumerate(ROLES)}
 TENSOR_INDEX = {"x": 0, "w": 1, "dy": 2}
 COLUMN_WISE = ("dgrad.w", "wgrad.dy", "wgrad.x")  # quantized along axis 0
+SR_ROUNDING = {"element": "sr", "x4": "sr4", "x16": "sr16"}  # the recipe's sr_stream -> rounding
 GEMM_PATHS = ("dequant", "fused", "fake", "packed")
 FP4_ELEMENTS = ("e2m1", "e1m2", "int4", "int4-sm")
 
@@ -327,7 +328,7 @@ class QLinear(nn.Linear):
         d.update(
             fmts=fmts,
             sr={key: r.sr_on(key) for key in ROLES},
-            sr_rounding="sr4" if r.sr_stream == "x4" else "sr",
+            sr_rounding=SR_ROUNDING[r.sr_stream],
             rht_on={g: r.rht_on(g) for g in ("fprop", "dgrad", "wgrad")},
             rht=(r.rht["size"], r.rht["signs"], r.rht["seed"]),
             refresh=refresh,
@@ -483,7 +484,8 @@ class QLinear(nn.Linear):
             fmt="+".join(fmt_name(p["fmt"]) for p in plans),
             rht=max((p["rht"][0] if p["rht"] else 0) for p in plans),
             sr=any(p["rounding"] != "rtne" for p in plans),
-            sr4=any(p["rounding"] == "sr4" for p in plans),
+            sr4=any(p["rounding"] in ("sr4", "sr16") for p in plans),  # grouped streams (sr16 priced as sr4)
+            sr16=any(p["rounding"] == "sr16" for p in plans),
             amax="+".join("given" if p["tensor_amax"] is not None else "measured" for p in plans),
             bytes_in=t.numel() * t.element_size(),
             fake=fake,

@@ -107,7 +107,8 @@ def _model_of(prof: dict) -> dict | None:
 
 
 def _copy_rounding(op: dict, key: str, recipe: dict | None) -> dict:
-    """RHT size and SR (and its stream: "sr4" draws a Philox per four elements) of one
+    """RHT size and SR (and its stream: "sr4" draws a Philox per four elements; "sr16",
+    per sixteen, is priced as "sr4" until it has its own fitted term) of one
     quantized copy ("gemm.role"): from the run's recipe when the run folder has it (a fused
     op's RHT may apply to one copy only), else the op's flags."""
     if recipe is None:
@@ -117,7 +118,7 @@ def _copy_rounding(op: dict, key: str, recipe: dict | None) -> dict:
     gemm = key.partition(".")[0]
     sr = key in recipe["sr"]
     return {"rht": int(rht["size"]) if gemm in rht["gemms"] else 0, "sr": sr,
-            "sr4": sr and recipe.get("sr_stream") == "x4"}
+            "sr4": sr and recipe.get("sr_stream") in ("x4", "x16")}
 
 
 def model_ops(prof: dict) -> list[tuple[str, dict, float]]:

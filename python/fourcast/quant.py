@@ -29,7 +29,7 @@ from fourcast.errors import FormatError, ShapeError
 BlockSpec = Union[int, "tuple[int, int]"]
 
 PRESETS = ("mxfp4", "nvfp4", "ue5m3", "e1m2", "int4", "int4-sm")
-ROUNDINGS = ("rtne", "away", "sr", "sr4")
+ROUNDINGS = ("rtne", "away", "sr", "sr4", "sr16")
 _U64 = 1 << 64
 
 
@@ -261,7 +261,9 @@ def quantize(
     axis: -1 (row-wise) or 0 (column-wise: the transposed copy); rounding: "rtne",
     "away", "sr" (Philox rand(seed, offset + element index i in the quantized
     layout)) or "sr4" (the same rounding on the four-per-counter stream: word i % 4
-    of randint4x(seed, offset + i // 4), a quarter of the Philox work); scale_rule /
+    of randint4x(seed, offset + i // 4), a quarter of the Philox work) or "sr16"
+    (8-bit uniforms (byte + 0.5) / 256, byte i % 4 of word (i // 4) % 4 of
+    randint4x(seed, offset + i // 16): Blackwell's SR randomness budget); scale_rule /
     block override the format's; tensor_amax replaces the measured tensor amax
     (two-level rules: periodic refresh). NaN/Inf raise
     NonFiniteError; a length along the block axis that is not a multiple of the

@@ -82,12 +82,13 @@ def test_strip_tiles_sr(name, n, tile, monkeypatch):
 
 @pytest.mark.parametrize("name,n", [("ue5m3", 0), ("nvfp4", 16), ("ufp4", 16), ("mxfp4", 32)])
 def test_strip_sr4_real_size(name, n, monkeypatch):
-    """Rounding sr4 (one Philox per four elements) on both copies at the default SR tile:
+    """Rounding sr4 and sr16 (one Philox per four / sixteen elements) on both copies at the default SR tile:
     the reference's bits, with and without a column RHT; and on the one-layout kernel."""
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
     f = F[name]
     rht_c = (n, ref.rht_signs(n, "te").to(DEV)) if n else None
     x = testing.make_input("heavy", (2048, 1536), torch.bfloat16, DEV, seed=11)
-    testing.check_rowcol(x, f, "sr4", "sr4", 12, 2**32 - 9, None, rht_c)
-    assert testing.packed_diff(qk.quantize(x, f, axis=0, rounding="sr4", seed=12, offset=5),
-                               ref.quantize(x, f, axis=0, rounding="sr4", seed=12, offset=5)) == []
+    for rounding in ("sr4", "sr16"):
+        testing.check_rowcol(x, f, rounding, rounding, 12, 2**32 - 9, None, rht_c)
+        assert testing.packed_diff(qk.quantize(x, f, axis=0, rounding=rounding, seed=12, offset=5),
+                                   ref.quantize(x, f, axis=0, rounding=rounding, seed=12, offset=5)) == []

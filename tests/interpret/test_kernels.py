@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import fourcast as fc
 from fourcast.errors import FormatError, KernelInputError, ShapeError
 from fourcast.kernels import fake_quant as fk
 from fourcast.kernels import gemm as gk
@@ -48,6 +49,8 @@ def test_quantize_bf16_fp16_inputs_odd_shapes_and_tensor_amax():
     check(x, F["nvfp4"], rounding="sr", seed=1, offset=2**33 + 5)  # a 64-bit offset
     check(x, F["nvfp4"], rounding="sr4", seed=1, offset=2**33 + 5)
     check(testing.make_input("heavy", (64, 96), torch.bfloat16, seed=3), F["ue5m3"], rounding="sr4", seed=2, axis=0)
+    check(x, F["nvfp4"], rounding="sr16", seed=1, offset=2**33 + 5)
+    check(testing.make_input("heavy", (64, 96), torch.bfloat16, seed=3), F["ue5m3"], rounding="sr16", seed=2, axis=0)
     check(x.half(), F["mxfp4"])
     check(x, F["ue5m3"], tensor_amax=0.25)  # periodic scale far below the data: saturation
     check(testing.make_input("random", (48, 32), seed=4), F["nvfp4-2d"], axis=0)
@@ -125,6 +128,30 @@ def test_sr4_stream_in_both_orientations():
     assert torch.equal(out_c, want_t[BM:2 * BM, BK:2 * BK])
     words = ref.philox(seed, torch.tensor([off + 5]))
     assert torch.equal(ref.uniform_x4(seed, off, torch.arange(20, 24)), ref._to_uniform(torch.cat(words)))
+
+
+def test_sr16_stream_in_both_orientations():
+    """"sr16": element i takes byte i % 4 of word (i // 4) % 4 at counter offset + i // 16,
+    as (byte + 0.5) / 256, in the row and the transposed layout (rng::rand_x16)."""
+    M, K, BM, BK, seed, off = 64, 96, 16, 32, 7, 2**32 - 2
+    out_r = torch.empty(BM, BK)
+    out_c = torch.empty(BM, BK)
+    philox._x4_tile_kernel[(1,)](out_r, out_c, seed, off, M, K, BM=BM, BK=BK, G=16)
+    want = ref.uniform_x16(seed, off, torch.arange(M * K, dtype=torch.int64))
+    assert torch.equal(out_r, want.view(M, K)[BM:2 * BM, BK:2 * BK])
+    assert torch.equal(out_c, want.view(K, M).t()[BM:2 * BM, BK:2 * BK])
+    w = torch.stack(ref.philox(seed, torch.tensor([off + 1])), -1).reshape(-1)  # counter 1: elements 16..31
+    byte = torch.stack([(w >> (8 * b)) & 0xFF for b in range(4)], -1).reshape(-1)
+    assert torch.equal(ref.uniform_x16(seed, off, torch.arange(16, 32)), (byte.float() + 0.5) / 256)
+    x = testing.make_input("heavy", (64, 256), torch.float32, seed=8)
+    for name in ("nvfp4", "ue5m3", "mxfp4"):  # the PyTorch reference equals the Rust core
+        f = F[name]
+        fmt = fc.Format(element=f["element"], scale=f["scale"], rule=f["rule"], block=f["block"])
+        for axis in (-1, 0):
+            mine = ref.quantize(x, f, axis=axis, rounding="sr16", seed=seed, offset=off)
+            rust = fc.quantize(x.numpy() if axis == -1 else x.t().contiguous().numpy(), fmt, rounding="sr16",
+                               seed=seed, offset=off)
+            assert np.array_equal(mine.codes.numpy(), rust.codes) and np.array_equal(mine.scales.numpy(), rust.scales)
 
 
 def test_hadamard_equals_reference():

@@ -120,7 +120,7 @@ def test_mx_floor_scale_and_zero_block():
 @pytest.mark.parametrize("name", sorted(RUST_FORMATS))
 def test_reference_equals_rust_codec(name):
     f = RUST_FORMATS[name]
-    for kind, axis, rnd in itertools.product(testing.INPUT_KINDS, (-1, 0), ("rtne", "away", "sr", "sr4")):
+    for kind, axis, rnd in itertools.product(testing.INPUT_KINDS, (-1, 0), ("rtne", "away", "sr", "sr4", "sr16")):
         x = testing.make_input(kind, (32, 64), seed=7, fmt=f)
         p = ref.quantize(x, f, axis=axis, rounding=rnd, seed=11, offset=5)
         q = fc.quantize(x.numpy(), to_fc(f), axis=axis, rounding=rnd, seed=11, offset=5)

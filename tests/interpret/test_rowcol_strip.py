@@ -97,6 +97,7 @@ def test_strip_sr4(name, n):
     rht_c = (n, ref.rht_signs(n, "te")) if n else None
     x = testing.make_input("heavy", (64, 96), torch.bfloat16, seed=5, fmt=f)
     testing.check_rowcol(x, f, "sr4", "sr4", 3, 2**32 - 7, None, rht_c)
+    testing.check_rowcol(x, f, "sr16", "sr16", 3, 2**32 - 7, None, rht_c)
 
 
 def test_transposing_rowcol_sr4_and_the_length_check(monkeypatch):
@@ -105,5 +106,8 @@ def test_transposing_rowcol_sr4_and_the_length_check(monkeypatch):
     f = F["fp8"]
     x = testing.make_input("heavy", (32, 64), torch.bfloat16, seed=6)
     testing.check_rowcol(x, f, "sr4", "sr4", 4, 9)
+    testing.check_rowcol(x, f, "sr16", "sr16", 4, 9)
     with pytest.raises(ShapeError, match="sr4"):
         qk.quantize(testing.make_input("heavy", (8, 30), torch.bfloat16, seed=6), f, rounding="sr4")
+    with pytest.raises(ShapeError, match="sr16"):
+        qk.quantize(testing.make_input("heavy", (8, 40), torch.bfloat16, seed=6), f, rounding="sr16")

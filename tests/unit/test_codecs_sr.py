@@ -29,6 +29,16 @@ def _pack(c):
     return (c[:, 0::2] & 0xF) | (c[:, 1::2] << 4)
 
 
+def _nvfp4_sr(seed: int, offset: int, rounding: str):
+    """(x, its nvfp4 QTensor with `rounding`, x scaled onto the E2M1 grid as the codec does)."""
+    rng = np.random.default_rng(seed % 89)
+    x = (rng.standard_normal((8, 64)) * rng.lognormal(0, 1, (8, 1))).astype(F32)
+    q = fc.quantize(x, "nvfp4", rounding=rounding, seed=seed, offset=offset)
+    s = q.scales.view(ml_dtypes.float8_e4m3fn).astype(F32)
+    enc = np.minimum(F32(1) / (s * (F32(1) / F32(q.tensor_scale))), FLT_MAX)
+    return x, q, np.clip(x * np.repeat(enc, 16, axis=1), -6, 6).astype(F32)
+
+
 @pytest.mark.parametrize("seed,offset", [(7, 0), (123456789, 1000), (2**63 + 1, 2**40)])
 def test_nvfp4_sr_bit_exact_to_the_rule(seed, offset):
     rng = np.random.default_rng(seed % 97)
@@ -46,12 +56,7 @@ def test_nvfp4_sr_bit_exact_to_the_rule(seed, offset):
 @pytest.mark.parametrize("seed,offset", [(7, 0), (2**63 + 1, 2**40 + 2)])
 def test_nvfp4_sr4_takes_four_words_per_counter(seed, offset):
     """sr4: the same rounding rule; element i's uniform is word i % 4 at counter offset + i // 4."""
-    rng = np.random.default_rng(seed % 89)
-    x = (rng.standard_normal((8, 64)) * rng.lognormal(0, 1, (8, 1))).astype(F32)
-    q = fc.quantize(x, "nvfp4", rounding="sr4", seed=seed, offset=offset)
-    s = q.scales.view(ml_dtypes.float8_e4m3fn).astype(F32)
-    enc = np.minimum(F32(1) / (s * (F32(1) / F32(q.tensor_scale))), FLT_MAX)
-    y = np.clip(x * np.repeat(enc, 16, axis=1), -6, 6).astype(F32)
+    x, q, y = _nvfp4_sr(seed, offset, "sr4")
     words = fc.philox(seed, offset + np.arange(x.size // 4, dtype=np.uint64)).reshape(-1)  # (counter, word) order
     i = words.view(np.int32)
     u = (np.where(i < 0, ~i, i).astype(F32) * F32(4.6566127342e-10)).reshape(x.shape)
@@ -73,7 +78,7 @@ def test_sr_offsets_follow_the_quantized_layout():
     np.testing.assert_array_equal(whole.codes[:, 8:], tail.codes)
 
 
-@pytest.mark.parametrize("rounding", ["sr", "sr4"])
+@pytest.mark.parametrize("rounding", ["sr", "sr4", "sr16"])
 @pytest.mark.parametrize("codec", ["e2m1", "e1m2", "int4-sm", "e4m3", "ue5m3"])
 def test_sr_within_one_grid_step(codec, rounding):
     rng = np.random.default_rng(2)
@@ -91,7 +96,7 @@ def test_sr_within_one_grid_step(codec, rounding):
     assert np.any(np.abs(down) != np.abs(rtne))  # SR is not RTNE
 
 
-@pytest.mark.parametrize("rounding", ["sr", "sr4"])
+@pytest.mark.parametrize("rounding", ["sr", "sr4", "sr16"])
 def test_sr_mean_converges_and_is_unbiased(rounding):
     values = np.array([0.3, 0.8, 1.1, 2.2, 3.7, 4.9, -5.5, -0.1], F32)
     n = 20000
@@ -106,6 +111,32 @@ def test_sr_mean_converges_and_is_unbiased(rounding):
     assert np.all(err_mean[inexact] < np.abs(rtne - values)[inexact])
 
 
+@pytest.mark.parametrize("seed,offset", [(7, 0), (2**63 + 1, 2**40 + 2)])
+def test_nvfp4_sr16_takes_sixteen_bytes_per_counter(seed, offset):
+    """sr16: the same rounding rule; element i's uniform is (byte + 0.5) / 256 of byte i % 4
+    of word (i // 4) % 4 at counter offset + i // 16 (8 random bits per element, as
+    Blackwell's cvt.rs spends 32 per four FP4 elements)."""
+    x, q, y = _nvfp4_sr(seed, offset, "sr16")
+    words = fc.philox(seed, offset + np.arange(x.size // 16, dtype=np.uint64)).reshape(-1)  # (counter, word) order
+    byte = words.astype("<u4").view(np.uint8)  # little end first: byte b of word w at 4 w + b
+    u = ((byte.astype(F32) + F32(0.5)) / F32(256)).reshape(x.shape)
+    np.testing.assert_array_equal(q.codes, _pack(sr_e2m1_reference(y, u)))
+    assert not np.array_equal(q.codes, fc.quantize(x, "nvfp4", rounding="sr4", seed=seed, offset=offset).codes)
+
+
+def test_sr16_is_unbiased_to_its_resolution():
+    """8-bit uniforms (r + 0.5) / 256: P(up) is the remainder rounded to a multiple of
+    1/256, so each value's expected rounding is within 2^-9 of a step of it."""
+    fracs = np.array([0.001, 0.1, 1 / 3, 0.5, 0.77, 0.999], F32)
+    n = 200000
+    x = np.repeat(F32(0.5) * fracs, n)  # E2M1 between 0 and 0.5: step 0.5
+    up = decode(encode(x, "e2m1", rounding="sr16", seed=5, offset=0), "e2m1").reshape(len(fracs), n) == 0.5
+    p = up.mean(axis=1)
+    want = np.round(fracs * 256) / 256  # count of r with (r + 0.5) / 256 < f
+    assert np.all(np.abs(p - want) < 4 * np.sqrt(want * (1 - want) / n) + 1e-9), (p, want)
+    assert np.all(np.abs(want - fracs) <= 1 / 512 + 1e-7)
+
+
 def test_sr4_words_of_one_counter_round_independently():
     """sr4 gives four consecutive elements the four words of one Philox counter: at
     p(up) = 1/2 (0.25 between E2M1's 0 and 0.5) each pair of them rounds up together a
@@ -117,7 +148,7 @@ def test_sr4_words_of_one_counter_round_independently():
         assert abs((up[:, i] & up[:, j]).mean() - 0.25) < 0.01, (i, j)
 
 
-@pytest.mark.parametrize("rounding", ["sr", "sr4"])
+@pytest.mark.parametrize("rounding", ["sr", "sr4", "sr16"])
 def test_sr_seeds(rounding):
     x = np.random.default_rng(3).standard_normal((16, 64)).astype(F32)
     a = fc.quantize(x, "nvfp4", rounding=rounding, seed=1)

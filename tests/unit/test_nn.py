@@ -60,7 +60,7 @@ def _operand64(r, t, key, axis, tensor_amax=None):
         t,
         fmt,
         axis=axis,
-        rounding=("sr4" if r.sr_stream == "x4" else "sr") if r.sr_on(key) else "rtne",
+        rounding=fcnn.SR_ROUNDING[r.sr_stream] if r.sr_on(key) else "rtne",
         seed=fcnn.operand_seed(SEED, LAYER, STEP, key),
         offset=t.numel() if axis == 0 else 0,  # the column-wise copy's SR stream
         rht=rht,
@@ -113,11 +113,12 @@ def test_qlinear_is_exact_emulation(name):
         assert ((plain - exact).abs() / bound).max() > 100
 
 
-@pytest.mark.parametrize("name", ["nvfp4", "ufp4"])
-def test_qlinear_sr4_stream_is_exact_emulation(name):
-    """sr_stream = "x4": the SR operands use rounding "sr4", and the layer still equals
-    the float64 product of its operands; the draws (so dw) differ from the default stream."""
-    r = fc.recipe(name, {"sr_stream": "x4"})
+@pytest.mark.parametrize("name,stream", [("nvfp4", "x4"), ("ufp4", "x4"), ("ue5m3", "x16"), ("nvfp4", "x16")])
+def test_qlinear_sr4_stream_is_exact_emulation(name, stream):
+    """sr_stream = "x4" / "x16": the SR operands use rounding "sr4" / "sr16", and the layer
+    still equals the float64 product of its operands; the draws (so dw) differ from the
+    default stream."""
+    r = fc.recipe(name, {"sr_stream": stream})
     x, w, b, gy = _inputs(3)
     y, dx, dw, _ = _run(_layer(r, w, b), x, gy)
     ref = _reference(r, x, w, b, gy)

@@ -8,7 +8,9 @@ give the same bits, and reference.uniform reproduces them on CPU/CUDA with torch
 Rounding "sr" (numerics.md section 4) draws one Philox per element: element i of the
 quantized layout takes word 0 at counter offset + i. Rounding "sr4" takes all four
 words of one counter for four consecutive elements: element i takes word i % 4 at
-counter offset + i // 4 (reference.uniform_x4, rng::rand_x4). The draws are the
+counter offset + i // 4 (reference.uniform_x4, rng::rand_x4); "sr16" takes the sixteen
+bytes of one counter as 8-bit uniforms (byte + 0.5) / 256 (reference.uniform_x16,
+rng::rand_x16; docs/conventions.md). The draws are the
 SR kernels' main cost (kernels-h200.md, session 6: an "sr4" dY call takes 0.54-0.62x
 the time of an "sr" one). Writing the rounds with u64 products (IMAD.WIDE instead of
 IMAD.HI + IMAD) cuts the SASS per draw from 64 to 51 but ran 1.19x slower: not used.
@@ -34,21 +36,38 @@ def _interleave4(w0, w1, w2, w3):
 
 
 @triton.jit
-def sr_uniform_x4(seed, m, k0, K, offset, BM: tl.constexpr, BK: tl.constexpr):
-    """"sr4" uniforms of the [BM, BK] tile of a (M, K) layout at rows m ([BM, 1]) and
-    columns k0 .. k0 + BK (k0 and K multiples of 4): counters (m * K + k) / 4 + offset."""
-    k4 = k0 // 4 + tl.arange(0, BK // 4)[None, :]
-    u0, u1, u2, u3 = tl.rand4x(seed, m.to(tl.int64) * (K // 4) + k4 + offset)
-    return tl.reshape(_interleave4(u0, u1, u2, u3), (BM, BK))
+def _group_uniforms(w0, w1, w2, w3, G: tl.constexpr):
+    """[.., n] Philox words x 4 -> [.., n, G] uniforms: G = 4 ("sr4"): [.., j, a] is w_a
+    as tl.rand's uniform; G = 16 ("sr16"): [.., j, 4a + b] is byte b (from the low end)
+    of w_a as (byte + 0.5) / 256 (rng::rand_x4, rng::rand_x16)."""
+    if G == 4:
+        u = _interleave4(tl.uint_to_uniform_float(w0), tl.uint_to_uniform_float(w1),
+                         tl.uint_to_uniform_float(w2), tl.uint_to_uniform_float(w3))
+    else:
+        ws = tl.expand_dims(_interleave4(w0, w1, w2, w3), len(w0.shape) + 1)  # [.., n, 4, 1]
+        b = (ws >> (tl.arange(0, 4) * 8).to(tl.uint32)) & 0xFF  # [.., n, 4, 4]
+        u = (b.to(tl.float32) + 0.5) * (1.0 / 256.0)
+        u = tl.reshape(u, u.shape[:-2] + [16])
+    return u
 
 
 @triton.jit
-def sr_uniform_x4_t(seed, m0, k, M, offset, BM: tl.constexpr, BK: tl.constexpr):
+def sr_uniform_group(seed, m, k0, K, offset, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
+    """"sr4" (G = 4) or "sr16" (G = 16) uniforms of the [BM, BK] tile of a (M, K) layout at
+    rows m ([BM, 1]) and columns k0 .. k0 + BK (k0 and K multiples of G): one Philox
+    counter (m * K + k) / G + offset per G consecutive elements."""
+    kg = k0 // G + tl.arange(0, BK // G)[None, :]
+    w0, w1, w2, w3 = tl.randint4x(seed, m.to(tl.int64) * (K // G) + kg + offset)
+    return tl.reshape(_group_uniforms(w0, w1, w2, w3, G), (BM, BK))
+
+
+@triton.jit
+def sr_uniform_group_t(seed, m0, k, M, offset, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
     """The same for the transposed layout: element (k, m) of a (K, M) layout, returned as
     the [BM, BK] tile of its transpose (rows m0 .. m0 + BM, columns k ([1, BK]))."""
-    m4 = m0 // 4 + tl.arange(0, BM // 4)[:, None]
-    u0, u1, u2, u3 = tl.rand4x(seed, k.to(tl.int64) * (M // 4) + m4 + offset)  # [BM / 4, BK]
-    return tl.reshape(tl.permute(_interleave4(u0, u1, u2, u3), (0, 2, 1)), (BM, BK))
+    mg = m0 // G + tl.arange(0, BM // G)[:, None]
+    w0, w1, w2, w3 = tl.randint4x(seed, k.to(tl.int64) * (M // G) + mg + offset)  # [BM / G, BK]
+    return tl.reshape(tl.permute(_group_uniforms(w0, w1, w2, w3, G), (0, 2, 1)), (BM, BK))
 
 
 @triton.jit
@@ -69,10 +88,10 @@ def rand(n: int, seed: int, offset: int = 0, device="cuda"):
 
 
 @triton.jit
-def _x4_tile_kernel(OUT_R, OUT_C, seed, offset, M, K, BM: tl.constexpr, BK: tl.constexpr):
-    """Test helper: the "sr4" uniforms of tile (1, 1) of a (M, K) layout into OUT_R and of
-    its (K, M) transpose into OUT_C, both [BM, BK] in the (M, K) orientation."""
+def _x4_tile_kernel(OUT_R, OUT_C, seed, offset, M, K, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr = 4):
+    """Test helper: the "sr4" (G = 16: "sr16") uniforms of tile (1, 1) of a (M, K) layout
+    into OUT_R and of its (K, M) transpose into OUT_C, both [BM, BK] in the (M, K) orientation."""
     m = BM + tl.arange(0, BM)[:, None]
     k = BK + tl.arange(0, BK)[None, :]
-    tl.store(OUT_R + (m - BM) * BK + (k - BK), sr_uniform_x4(seed, m, BK, K, offset, BM, BK))
-    tl.store(OUT_C + (m - BM) * BK + (k - BK), sr_uniform_x4_t(seed, BM, k, M, offset, BM, BK))
+    tl.store(OUT_R + (m - BM) * BK + (k - BK), sr_uniform_group(seed, m, BK, K, offset, BM, BK, G))
+    tl.store(OUT_C + (m - BM) * BK + (k - BK), sr_uniform_group_t(seed, BM, k, M, offset, BM, BK, G))

@@ -33,7 +33,7 @@ import triton.language as tl
 
 from fourcast.errors import ShapeError
 from fourcast.kernels import launcher, reference
-from fourcast.kernels.philox import sr_uniform, sr_uniform_x4
+from fourcast.kernels.philox import sr_uniform, sr_uniform_group
 from fourcast.kernels.utils import (
     NAN_BYTE,
     SCALE_GRIDS,
@@ -52,10 +52,14 @@ from fourcast.kernels.utils import (
 )
 
 
+SR_GROUP = {"sr4": 4, "sr16": 16}  # uniforms per Philox counter of the grouped SR streams
+
+
 def _check_sr4(rounding: str, k: int) -> None:
-    """The kernels draw "sr4" uniforms four columns at a time (philox.sr_uniform_x4)."""
-    if rounding == "sr4" and k % 4:
-        raise ShapeError(f"rounding sr4 on the GPU kernels needs the quantized length {k} to be a multiple of 4")
+    """The kernels draw "sr4" ("sr16") uniforms 4 (16) columns at a time (philox.py)."""
+    n = SR_GROUP.get(rounding)
+    if n and k % n:
+        raise ShapeError(f"rounding {rounding} on the GPU kernels needs the quantized length {k} to be a multiple of {n}")
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -65,7 +69,7 @@ def _cdiv(a: int, b: int) -> int:
 
 SCALE_KIND = {"fp32": 0, "ue8m0": 1, "e4m3": 2, "ue5m3": 3}
 RULE_ID = {"floor": 0, "rceil": 1, "te": 2, "torchao": 3}
-ROUND_ID = {"rtne": 0, "away": 1, "sr": 2, "sr4": 3}  # 2, 3: SR (philox.py streams)
+ROUND_ID = {"rtne": 0, "away": 1, "sr": 2, "sr4": 3, "sr16": 4}  # 2-4: SR (philox.py streams)
 
 
 # ------------------------------------------------------------------ jit helpers
@@ -333,8 +337,8 @@ def _quant_tile(y, m, k, k0, M, K, amax, seed, offset,
         ts = s_enc
     if MODE == 2:
         u = sr_uniform(seed, m, k, K, offset)
-    elif MODE == 3:
-        u = sr_uniform_x4(seed, m, k0, K, offset, BM, BK)
+    elif MODE >= 3:  # 3: sr4, 4: sr16
+        u = sr_uniform_group(seed, m, k0, K, offset, BM, BK, 4 if MODE == 3 else 16)
     else:
         u = y
     codes, xhat = _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, UNSCALED)
@@ -822,6 +826,59 @@ def rowcol_route(spec: Spec) -> str:
     return "strip"
 
 
+_ROWCOL_PLANS: dict[tuple, dict] = {}
+
+
+def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int, R: int, C: int, codes_on: tuple,
+                 xhat_on: tuple, unscaled: bool, fresh: bool, fuse: bool) -> dict:
+    """What launch_rowcol launches for one kind of call (route, grids, constexprs), checked
+    and built once per key: a training step repeats a few dozen kinds every step, and
+    building them is most of the call's Python. Not cached while CONFIG_OVERRIDE is set."""
+    interp = interpreting()
+    key = (spec, rounding_r, rounding_c, rn, rnc, R, C, codes_on, xhat_on, unscaled, fresh, fuse, interp)
+    plan = _ROWCOL_PLANS.get(key)
+    if plan is not None and not CONFIG_OVERRIDE:
+        return plan
+    check_layout(spec, R, C, (rn, None) if rn else None)
+    check_layout(spec, C, R, (rnc, None) if rnc else None)
+    _check_sr4(rounding_r, C)
+    _check_sr4(rounding_c, R)
+    from fourcast.kernels import strip  # strip.py builds on this module's jit helpers
+
+    route = rowcol_route(spec)
+    if route == "transpose":  # _rowcol_kernel writes an output kind for both copies or neither
+        codes_on = (any(codes_on),) * 2
+        xhat_on = (any(xhat_on),) * 2
+    if route == "strip":
+        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2,
+                                           CONFIG_OVERRIDE.get("strip"), interp)
+    else:
+        br, bc, warps = rowcol_config(rn, rnc)
+    l_r, l_c = (int(math.log2(n)) if n else 0 for n in (rn, rnc))
+    common = dict(_constexprs(spec, rounding_r), MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c], RN_R=rn,
+                  LOG2N_R=l_r, RNE_BF16=interp, NORM_R=rht_norm(rn), BR=br, BC=bc, UNSCALED=unscaled, num_warps=warps,
+                  RN_C=rnc, LOG2N_C=l_c, NORM_C=rht_norm(rnc))
+    common.pop("MODE")
+    if route == "strip":
+        flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
+    else:
+        flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0], PASS=1)
+    plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=(_cdiv(R, br), _cdiv(C, bc)),
+                consts=dict(common, FUSE_AMAX=fuse, **flags), amax=None)
+    if fresh and route == "strip":
+        br0, bc0, iters = strip.amax_config(br, bc, interp)
+        plan["amax"] = ((_cdiv(R, br0 * iters), _cdiv(C, bc0)),
+                        dict(RN_R=rn, LOG2N_R=l_r, NORM_R=rht_norm(rn), RN_C=rnc, LOG2N_C=l_c, NORM_C=rht_norm(rnc),
+                             BR=br0, BC=bc0, ITERS=iters, num_warps=1))
+    elif fresh:
+        plan["amax"] = (plan["grid"], dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False))
+    if not CONFIG_OVERRIDE:
+        if len(_ROWCOL_PLANS) > 512:
+            _ROWCOL_PLANS.clear()
+        _ROWCOL_PLANS[key] = plan
+    return plan
+
+
 def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, offset: int, rht_r, rht_c,
                   amax_r, amax_c, *, write_codes, write_xhat, xhat_dtype=None, unscaled: bool = False):
     """Both copies of a 2-D x from one read per tile (after an amax pass if needed).
@@ -831,30 +888,16 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     if x.dim() != 2:
         raise ValueError(f"quantize_rowcol needs a 2-D tensor, got shape {tuple(x.shape)}")
     R, C = x.shape
-    check_layout(spec, R, C, rht_r)
-    check_layout(spec, C, R, rht_c)
-    _check_sr4(rounding_r, C)
-    _check_sr4(rounding_c, R)
     dev = x.device
-    codes_on = (write_codes, write_codes) if isinstance(write_codes, bool) else tuple(write_codes)
-    xhat_on = (write_xhat, write_xhat) if isinstance(write_xhat, bool) else tuple(write_xhat)
-    from fourcast.kernels import strip  # strip.py builds on this module's jit helpers
-
-    route = rowcol_route(spec)
-    if route == "transpose":  # _rowcol_kernel writes an output kind for both copies or neither
-        codes_on = (any(codes_on),) * 2
-        xhat_on = (any(xhat_on),) * 2
-    rn = 0 if rht_r is None else rht_r[0]
-    rnc = 0 if rht_c is None else rht_c[0]
-    if route == "strip":
-        br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2,
-                                           CONFIG_OVERRIDE.get("strip"), interpreting())
-    else:
-        br, bc, warps = rowcol_config(rn, rnc)
-    sr_, _, scale_r, rn_r, l_r = _rht_args(rht_r, bc, dev, 0)
-    sc_, _, scale_c, rn_c, l_c = _rht_args(rht_c, br, dev, 0)
-    consts = _constexprs(spec, rounding_r)
-    consts.pop("MODE")
+    needs = spec.two_level or spec.per_tensor
+    fresh = needs and (amax_r is None or amax_c is None)
+    fuse = not needs and amax_r is None and amax_c is None
+    plan = _rowcol_plan(spec, rounding_r, rounding_c, 0 if rht_r is None else rht_r[0], 0 if rht_c is None else rht_c[0],
+                        R, C, (write_codes,) * 2 if isinstance(write_codes, bool) else tuple(write_codes),
+                        (write_xhat,) * 2 if isinstance(write_xhat, bool) else tuple(write_xhat), unscaled, fresh, fuse)
+    codes_on, xhat_on = plan["codes_on"], plan["xhat_on"]
+    sr_, _, scale_r, _, _ = _rht_args(rht_r, plan["bc"], dev, 0)
+    sc_, _, scale_c, _, _ = _rht_args(rht_c, plan["br"], dev, 0)
     pk = spec.packed
     u8 = _empty_u8(dev)
 
@@ -874,38 +917,25 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     xhat_r = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[0] else x
     xhat_c = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[1] else x
     ts = torch.empty(2, dtype=torch.float32, device=dev)
-    needs = spec.two_level or spec.per_tensor
-    fresh = needs and (amax_r is None or amax_c is None)
-    fuse = not needs and amax_r is None and amax_c is None
     # The measured amaxes' bits (atomic max, so zeroed first), only where a pass measures them.
     amax_bits = torch.zeros(2, dtype=torch.int32, device=dev) if fresh or fuse else _dummy_f32(dev).view(torch.int32)
     measured = amax_bits.view(torch.float32)
     amax_in = tuple(measured[i] if a is None else torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(())
                     for i, a in enumerate((amax_r, amax_c)))
-    grid = (_cdiv(R, br), _cdiv(C, bc))
-    common = dict(consts, MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c], RN_R=rn_r, LOG2N_R=l_r,
-                  RNE_BF16=interpreting(), NORM_R=rht_norm(rn_r), BR=br, BC=bc, UNSCALED=unscaled, num_warps=warps)
-    if route == "strip":
-        kernel = strip._strip_kernel
-        common.update(RN_C=rn_c, LOG2N_C=l_c, NORM_C=rht_norm(rn_c))
-        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
-                int(seed), int(offset), int(offset) + R * C)
-        flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
-    else:
-        kernel = _rowcol_kernel
-        common.update(RN_C=rn_c, LOG2N_C=l_c, NORM_C=rht_norm(rn_c))
-        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
-                int(seed), int(offset), int(offset) + R * C, scale_r, scale_c)
-        flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0], PASS=1)
-    if fresh:
-        if route == "strip":
-            br0, bc0, iters = strip.amax_config(br, bc, interpreting())
-            launcher.run(strip._strip_amax_kernel, (_cdiv(R, br0 * iters), _cdiv(C, bc0)), (x, amax_bits, sr_, sc_, R, C),
-                         dict(RN_R=rn_r, LOG2N_R=l_r, NORM_R=rht_norm(rn_r), RN_C=rn_c, LOG2N_C=l_c,
-                              NORM_C=rht_norm(rn_c), BR=br0, BC=bc0, ITERS=iters, num_warps=1))
+    from fourcast.kernels import strip
+
+    kernel = strip._strip_kernel if plan["route"] == "strip" else _rowcol_kernel
+    args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
+            int(seed), int(offset), int(offset) + R * C)
+    if plan["route"] != "strip":
+        args += (scale_r, scale_c)
+    if plan["amax"] is not None:
+        grid0, consts0 = plan["amax"]
+        if plan["route"] == "strip":
+            launcher.run(strip._strip_amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
         else:
-            launcher.run(kernel, grid, args, dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False))
-    launcher.run(kernel, grid, args, dict(common, FUSE_AMAX=fuse, **flags))
+            launcher.run(kernel, grid0, args, consts0)
+    launcher.run(kernel, plan["grid"], args, plan["consts"])
     return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax_in)
 
 

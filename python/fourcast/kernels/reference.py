@@ -98,6 +98,16 @@ def uniform_x4(seed: int, offset: int, index: torch.Tensor) -> torch.Tensor:
     return _to_uniform(words.gather(-1, (index % 4).unsqueeze(-1)).squeeze(-1))
 
 
+def uniform_x16(seed: int, offset: int, index: torch.Tensor) -> torch.Tensor:
+    """Rounding "sr16": element `index` takes byte index % 4 of word (index // 4) % 4 at
+    counter offset + index // 16, as the 8-bit uniform (byte + 0.5) / 256."""
+    index = index.to(torch.int64)
+    words = torch.stack(philox(seed, index // 16 + int(offset)), -1)
+    word = words.gather(-1, ((index // 4) % 4).unsqueeze(-1)).squeeze(-1)
+    byte = (word >> (8 * (index % 4))) & 0xFF
+    return (byte.to(torch.float32) + 0.5) * (1.0 / 256.0)
+
+
 def _to_uniform(w: torch.Tensor) -> torch.Tensor:
     w = torch.where(w >= 2**31, w - 2**32, w)
     w = torch.where(w < 0, -w - 1, w)
@@ -161,7 +171,7 @@ def round_grid(a: torch.Tensor, g: Grid, mode: str, u: torch.Tensor | None = Non
         up = (frac > 0.5) | ((frac == 0.5) & odd)
     elif mode == "away":
         up = frac >= 0.5
-    elif mode in ("sr", "sr4"):
+    elif mode in ("sr", "sr4", "sr16"):
         up = u * step < a - n * step
     else:  # pragma: no cover - checked by callers
         raise FormatError(f"unknown rounding {mode!r}")
@@ -389,8 +399,9 @@ def quantize_layout(q: torch.Tensor, spec: Spec, rounding: str = "rtne", seed: i
     if rounding == "sr":
         lin = torch.arange(m * k, dtype=torch.int64, device=dev).reshape(m, k) + int(offset)
         u = uniform(seed, lin)
-    elif rounding == "sr4":
-        u = uniform_x4(seed, offset, torch.arange(m * k, dtype=torch.int64, device=dev).reshape(m, k))
+    elif rounding in ("sr4", "sr16"):
+        draw = uniform_x4 if rounding == "sr4" else uniform_x16
+        u = draw(seed, offset, torch.arange(m * k, dtype=torch.int64, device=dev).reshape(m, k))
     mag, _ = round_grid(y.abs(), g, rounding, u)
     neg = (f32_bits(y) >> 31) != 0
     if g.twos:

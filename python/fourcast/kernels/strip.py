@@ -15,8 +15,8 @@ copies without SR, not 64-114.
 
 The arithmetic is quantize.py's (_block_scales, _quant_elems, _round_elem), so codes,
 scale bytes, tensor scales and x_hat equal reference.quantize / dequantize bit for bit,
-SR included (philox.py: element (c, r) of the column layout uses offset_c; "sr4" draws
-four columns, or four rows of the column copy, per Philox). RHTs: f64 butterflies in the
+SR included (philox.py: element (c, r) of the column layout uses offset_c; "sr4" ("sr16")
+draws four (sixteen) columns, or rows of the column copy, per Philox). RHTs: f64 butterflies in the
 Rust core's order and one rounding (reference.rht_lastdim), written as pair sums (no
 split/join); the stages that cross lanes cost f64 shuffles. Two-level formats measure
 their tensor amaxes first, in _strip_amax_kernel (the same RHTs, few atomics).
@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from fourcast.kernels.philox import sr_uniform, sr_uniform_x4, sr_uniform_x4_t
+from fourcast.kernels.philox import sr_uniform, sr_uniform_group, sr_uniform_group_t
 from fourcast.kernels.quantize import (
     _block_max,
     _block_scales,
@@ -157,8 +157,8 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
                                           S_MIN, NANB)
         if MODE_R == 2:
             u = sr_uniform(seed, r, c, C, offset_r)
-        elif MODE_R == 3:
-            u = sr_uniform_x4(seed, r, pid_c * BC, C, offset_r, BR, BC)
+        elif MODE_R >= 3:  # 3: sr4, 4: sr16
+            u = sr_uniform_group(seed, r, pid_c * BC, C, offset_r, BR, BC, 4 if MODE_R == 3 else 16)
         else:
             u = yr
         codes, xhat = _quant_elems(yr, _expand(mult, BR, BC, B, TILE2D), _expand(sv, BR, BC, B, TILE2D),
@@ -187,8 +187,8 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
             bad_e = _col_expand(bad.to(tl.int32), BR, BC, B) != 0
         if MODE_C == 2:  # the column layout (C, R): element (c, r)
             u = sr_uniform(seed, c, r, R, offset_c)
-        elif MODE_C == 3:
-            u = sr_uniform_x4_t(seed, pid_r * BR, c, R, offset_c, BR, BC)
+        elif MODE_C >= 3:
+            u = sr_uniform_group_t(seed, pid_r * BR, c, R, offset_c, BR, BC, 4 if MODE_C == 3 else 16)
         else:
             u = yc
         codes, xhat = _quant_elems(yc, mult_e, sv_e, bad_e, s_c, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,

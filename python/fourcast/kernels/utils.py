@@ -17,7 +17,7 @@ FLT_MAX = 3.4028234663852886e38
 ELEMENTS = ("e2m1", "e1m2", "int4", "int4-sm", "e4m3", "e5m2")
 SCALES = ("ue8m0", "e4m3", "ue5m3", "fp32")
 RULES = ("floor", "rceil", "te", "torchao")
-ROUNDINGS = ("rtne", "away", "sr", "sr4")  # sr4: SR on the four-per-counter Philox stream
+ROUNDINGS = ("rtne", "away", "sr", "sr4", "sr16")  # sr4 / sr16: SR on four / sixteen uniforms per Philox
 RHT_SIZES = (16, 32, 64, 128)
 SIGN_POLICIES = ("te", "per-layer", "per-step")
 

@@ -380,7 +380,9 @@ pub fn e8m0_encode(a: f32, mode: Rounding, u: f32) -> u8 {
             frac > half || (frac == half && (e + 127) % 2 != 0)
         }
         Rounding::Away => frac >= 1u64 << 51,
-        Rounding::Sr | Rounding::Sr4 => (u as f64) < frac as f64 / (1u64 << 52) as f64,
+        Rounding::Sr | Rounding::Sr4 | Rounding::Sr16 => {
+            (u as f64) < frac as f64 / (1u64 << 52) as f64
+        }
     };
     (e + 127 + up as i64).clamp(0, 254) as u8
 }

@@ -22,7 +22,7 @@ pub const RULES: [&str; 4] = ["floor", "rceil", "te", "torchao"];
 pub const SIGN_POLICIES: [&str; 3] = ["te", "per-layer", "per-step"];
 pub const LAYER_SETS: [&str; 3] = ["all", "mlp", "attn"];
 pub const PRECISIONS: [&str; 2] = ["bf16", "fp8"];
-pub const SR_STREAMS: [&str; 2] = ["element", "x4"];
+pub const SR_STREAMS: [&str; 3] = ["element", "x4", "x16"];
 pub const PRESETS: [&str; 8] = [
     "bf16",
     "fp8",
@@ -89,7 +89,9 @@ pub struct Recipe {
     pub sr: Vec<String>,
     /// The SR uniforms' Philox stream: element (numerics.md section 4: one counter per
     /// element, word 0; rounding "sr") | x4 (one counter per four consecutive elements,
-    /// all four words; rounding "sr4": the same rounding, a quarter of the Philox work).
+    /// all four words; rounding "sr4": the same rounding, a quarter of the Philox work)
+    /// | x16 (8-bit uniforms, sixteen per counter, as Blackwell's cvt.rs spends 32 random
+    /// bits per four FP4 elements; rounding "sr16": a sixteenth of the Philox work).
     #[serde(default = "element")]
     pub sr_stream: String,
     /// Steps between refreshes of the FP32 tensor scale (1 = every step).

@@ -67,6 +67,36 @@ pub fn rand_x4(seed: u64, offset: u64, index: u64) -> f32 {
     uint_to_uniform(randint4x(seed, offset.wrapping_add(index >> 2))[(index & 3) as usize])
 }
 
+/// Element `index` of the sixteen-per-counter stream (SR mode "sr16"): byte
+/// `index % 4` (from the low end) of word `(index / 4) % 4` of
+/// `randint4x(seed, offset + index / 16)`, as the 8-bit uniform (byte + 0.5) / 256
+/// (exact in f32; an SR decision off by at most 2^-9 of a step either way).
+#[inline]
+pub fn rand_x16(seed: u64, offset: u64, index: u64) -> f32 {
+    let word = randint4x(seed, offset.wrapping_add(index >> 4))[((index >> 2) & 3) as usize];
+    byte_to_uniform(word, (index & 3) as u32)
+}
+
+#[inline]
+fn byte_to_uniform(word: u32, byte: u32) -> f32 {
+    (((word >> (8 * byte)) & 0xFF) as f32 + 0.5) * (1.0 / 256.0)
+}
+
+/// `rand_x16(seed, offset, first + i)` for i in 0..out.len().
+pub fn rand_run_x16(seed: u64, offset: u64, first: u64, out: &mut [f32]) {
+    let mut i = 0;
+    while i < out.len() {
+        let index = first.wrapping_add(i as u64);
+        let words = randint4x(seed, offset.wrapping_add(index >> 4));
+        let mut j = (index & 15) as u32;
+        while j < 16 && i < out.len() {
+            out[i] = byte_to_uniform(words[(j >> 2) as usize], j & 3);
+            j += 1;
+            i += 1;
+        }
+    }
+}
+
 /// `rand_x4(seed, offset, first + i)` for i in 0..out.len().
 pub fn rand_run_x4(seed: u64, offset: u64, first: u64, out: &mut [f32]) {
     let mut i = 0;
@@ -217,6 +247,22 @@ mod tests {
                     uint_to_uniform(words[(index % 4) as usize]).to_bits()
                 );
                 assert_eq!(u.to_bits(), rand_x4(seed, offset, index).to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn x16_stream_takes_sixteen_bytes_per_counter() {
+        let (seed, offset) = (7u64, (1u64 << 32) - 2);
+        for first in [0u64, 1, 5, 15, 17] {
+            let mut out = [0f32; 37];
+            rand_run_x16(seed, offset, first, &mut out);
+            for (i, &u) in out.iter().enumerate() {
+                let index = first + i as u64;
+                let word = randint4x(seed, offset + index / 16)[((index / 4) % 4) as usize];
+                let byte = (word >> (8 * (index % 4))) & 0xFF;
+                assert_eq!(u, (byte as f32 + 0.5) / 256.0);
+                assert_eq!(u.to_bits(), rand_x16(seed, offset, index).to_bits());
             }
         }
     }

@@ -115,7 +115,8 @@ pub struct LinearFormats {
     /// RHT size per GEMM (fprop, dgrad, wgrad); 0 = none.
     pub rht: [u32; 3],
     pub sr: [bool; 6],
-    /// The recipe's SR uniforms come four per Philox (sr_stream = "x4", rounding "sr4").
+    /// The recipe's SR uniforms come several per Philox (sr_stream = "x4", rounding
+    /// "sr4"; "x16" is priced as "x4", an upper bound, until its own term is fitted).
     pub sr4: bool,
     pub refresh: u32,
 }
@@ -133,7 +134,7 @@ impl LinearFormats {
             ops,
             rht: [size("fprop"), size("dgrad"), size("wgrad")],
             sr,
-            sr4: r.sr_stream == "x4",
+            sr4: r.sr_stream != "element",
             refresh: r.tensor_scale_refresh,
         })
     }

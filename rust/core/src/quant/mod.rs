@@ -544,6 +544,8 @@ fn fast_run<const N: usize>(
 fn draws(opts: &Options, idx: usize, u: &mut [f32]) {
     if opts.rounding == Rounding::Sr4 {
         rng::rand_run_x4(opts.seed, opts.offset, idx as u64, u);
+    } else if opts.rounding == Rounding::Sr16 {
+        rng::rand_run_x16(opts.seed, opts.offset, idx as u64, u);
     } else {
         rng::rand_run(opts.seed, opts.offset.wrapping_add(idx as u64), u);
     }
@@ -851,7 +853,7 @@ pub fn dequantize(
 
 /// Codes of values with unit scale in one codec (elements saturate at +-gmax,
 /// wide and scale formats at their largest finite value). SR uses
-/// rand(seed, offset + i) for value i (sr4: rand_x4(seed, offset, i)). NaN/Inf are refused.
+/// rand(seed, offset + i) for value i (sr4: rand_x4(seed, offset, i); sr16: rand_x16). NaN/Inf are refused.
 pub fn encode_values(
     x: &[f32],
     codec: crate::formats::Codec,
@@ -874,6 +876,8 @@ pub fn encode_values(
                     rng::rand(seed, offset.wrapping_add(i as u64))
                 } else if mode == Rounding::Sr4 {
                     rng::rand_x4(seed, offset, i as u64)
+                } else if mode == Rounding::Sr16 {
+                    rng::rand_x16(seed, offset, i as u64)
                 } else {
                     0.0
                 };
