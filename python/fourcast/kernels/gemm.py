@@ -821,6 +821,7 @@ def _epilogue(acc: torch.Tensor, sa, sb, ts_a: torch.Tensor, ts_b: torch.Tensor,
 
 @triton.jit
 def _alpha_kernel(TS_A, TS_B, OUT):
+    """OUT = (1 / TS_A) / TS_B, each step correctly rounded (epilogue_alpha on CUDA)."""
     ts_a = tl.load(TS_A)
     tl.store(OUT, tl.math.div_rn(tl.math.div_rn(tl.full(ts_a.shape, 1.0, tl.float32), ts_a), tl.load(TS_B)))
 

@@ -2,9 +2,9 @@
 
 `fn[grid](*args, **constexprs)` binds every argument again on each call: it specialises
 each of the 50-60 parameters, builds a cache key from them and the options, and checks the
-kernel's globals. A dense FP4 training step makes a few hundred such launches, and on the
-H200 machine this is most of the host time that makes a 125M step host-bound
-(kernels-h200.md, session 8). `run` does the same launch through Triton's path the
+kernel's globals. A dense FP4 training step makes a few hundred such launches, and the
+125M step is host-bound on the H200 machine: skipping the binding took 17 ms off its 166 ms
+(training-h200.md, run 12). `run` does the same launch through Triton's path the
 first time and remembers the compiled kernel under a key that holds everything Triton
 specialises on (device, constexprs and options, each runtime argument's type class,
 16-byte alignment of pointers and of integers, integers equal to 1); later launches with

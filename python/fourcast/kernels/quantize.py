@@ -55,7 +55,7 @@ from fourcast.kernels.utils import (
 SR_GROUP = {"sr4": 4, "sr16": 16}  # uniforms per Philox counter of the grouped SR streams
 
 
-def _check_sr4(rounding: str, k: int) -> None:
+def _check_sr_group(rounding: str, k: int) -> None:
     """The kernels draw "sr4" ("sr16") uniforms 4 (16) columns at a time (philox.py)."""
     n = SR_GROUP.get(rounding)
     if n and k % n:
@@ -688,7 +688,7 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
     """Run the amax pass (if needed) and the quantize pass. Returns a dict of outputs."""
     m, k, s_m, s_k = _layout(x, axis)
     check_layout(spec, m, k, rht)
-    _check_sr4(rounding, k)
+    _check_sr_group(rounding, k)
     dev = x.device
     bm, bk, warps = config(spec, 0 if rht is None else rht[0], axis)
     signs, hmat, rscale, rn, log2n = _rht_args(rht, bk, dev, rht_impl)
@@ -841,8 +841,8 @@ def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int
         return plan
     check_layout(spec, R, C, (rn, None) if rn else None)
     check_layout(spec, C, R, (rnc, None) if rnc else None)
-    _check_sr4(rounding_r, C)
-    _check_sr4(rounding_c, R)
+    _check_sr_group(rounding_r, C)
+    _check_sr_group(rounding_c, R)
     from fourcast.kernels import strip  # strip.py builds on this module's jit helpers
 
     route = rowcol_route(spec)
