@@ -484,7 +484,7 @@ class QLinear(nn.Linear):
             fmt="+".join(fmt_name(p["fmt"]) for p in plans),
             rht=max((p["rht"][0] if p["rht"] else 0) for p in plans),
             sr=any(p["rounding"] != "rtne" for p in plans),
-            sr4=any(p["rounding"] in ("sr4", "sr16") for p in plans),  # grouped streams (sr16 priced as sr4)
+            sr4=any(p["rounding"] == "sr4" for p in plans),
             sr16=any(p["rounding"] == "sr16" for p in plans),
             amax="+".join("given" if p["tensor_amax"] is not None else "measured" for p in plans),
             bytes_in=t.numel() * t.element_size(),

@@ -107,18 +107,20 @@ def _model_of(prof: dict) -> dict | None:
 
 
 def _copy_rounding(op: dict, key: str, recipe: dict | None) -> dict:
-    """RHT size and SR (and its stream: "sr4" draws a Philox per four elements; "sr16",
-    per sixteen, is priced as "sr4" until it has its own fitted term) of one
+    """RHT size and SR (and its stream: "sr4" draws a Philox per four elements, "sr16" per
+    sixteen; run 12's profiles mark sr16 ops sr4 too, and sr16 wins) of one
     quantized copy ("gemm.role"): from the run's recipe when the run folder has it (a fused
     op's RHT may apply to one copy only), else the op's flags."""
     if recipe is None:
         sr = bool(op.get("sr", False))
-        return {"rht": int(op.get("rht", 0) or 0), "sr": sr, "sr4": sr and bool(op.get("sr4", False))}
+        sr16 = sr and bool(op.get("sr16", False))
+        return {"rht": int(op.get("rht", 0) or 0), "sr": sr, "sr4": sr and not sr16 and bool(op.get("sr4", False)),
+                "sr16": sr16}
     rht = recipe["rht"]
     gemm = key.partition(".")[0]
     sr = key in recipe["sr"]
     return {"rht": int(rht["size"]) if gemm in rht["gemms"] else 0, "sr": sr,
-            "sr4": sr and recipe.get("sr_stream") in ("x4", "x16")}
+            "sr4": sr and recipe.get("sr_stream") == "x4", "sr16": sr and recipe.get("sr_stream") == "x16"}
 
 
 def model_ops(prof: dict) -> list[tuple[str, dict, float]]:

@@ -102,8 +102,9 @@ pub struct Eff {
 /// Fitted costs of the measured runs' own execution (see `profile::Emulation`), in GPU
 /// time (the kernels an op launched, no host waits): one call of fourcast's Triton
 /// quantizer is `call_s + elems * s_per_elem + rotated * (rht or strip_rht)_s_per_elem +
-/// stochastic * sr_s_per_elem + stochastic4 * sr4_s_per_elem` (rounding "sr" draws one
-/// Philox4x32-10 per element and copy, "sr4" one per four elements). Both
+/// stochastic * sr_s_per_elem + stochastic4 * sr4_s_per_elem + stochastic16 *
+/// sr16_s_per_elem` (rounding "sr" draws one Philox4x32-10 per element and copy, "sr4"
+/// one per four elements, "sr16" one per sixteen). Both
 /// kinds of call run the strip kernel; a call with SR uses its narrower SR tile, which
 /// prices its rotation differently (`rht_s_per_elem`) from the plain tile
 /// (`strip_rht_s_per_elem`).
@@ -115,6 +116,7 @@ pub struct EmulCost {
     pub strip_rht_s_per_elem: f64,
     pub sr_s_per_elem: f64,
     pub sr4_s_per_elem: f64,
+    pub sr16_s_per_elem: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -253,6 +255,12 @@ impl Hw {
                 sr4_s_per_elem: e
                     .triton_quant_sr4_ns_per_elem
                     .as_ref()
+                    .or(e.triton_quant_sr_ns_per_elem.as_ref())
+                    .map_or(0.0, |n| n.value * 1e-9),
+                sr16_s_per_elem: e
+                    .triton_quant_sr16_ns_per_elem
+                    .as_ref()
+                    .or(e.triton_quant_sr4_ns_per_elem.as_ref())
                     .or(e.triton_quant_sr_ns_per_elem.as_ref())
                     .map_or(0.0, |n| n.value * 1e-9),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,

@@ -77,6 +77,8 @@ pub struct QuantOut {
     /// SR uniforms four per Philox evaluation (rounding "sr4"): priced apart only by the
     /// emulation (native software SR is costed at 16 random bits per element either way).
     pub sr4: bool,
+    /// SR uniforms sixteen per Philox evaluation, 8 bits each (rounding "sr16").
+    pub sr16: bool,
     /// 2 when a transposed copy is written too (TN-only MMA with shared data).
     pub copies: u32,
     /// UE5M3 scales re-encoded as E4M3 + tensor scale afterwards.
@@ -91,8 +93,20 @@ impl QuantOut {
             rht: 0,
             sr: false,
             sr4: false,
+            sr16: false,
             copies: 1,
             scale_conv: false,
+        }
+    }
+
+    /// SR uniforms per Philox evaluation: 16 ("sr16"), 4 ("sr4") or 1.
+    pub fn sr_group(&self) -> u32 {
+        if self.sr16 {
+            16
+        } else if self.sr4 {
+            4
+        } else {
+            1
         }
     }
 

@@ -80,6 +80,9 @@ pub struct QuantOutSpec {
     /// With `sr`: rounding "sr4" (the four-per-counter Philox stream).
     #[serde(default)]
     pub sr4: bool,
+    /// With `sr`: rounding "sr16" (8-bit uniforms, sixteen per counter); wins over `sr4`.
+    #[serde(default)]
+    pub sr16: bool,
     /// Also write a transposed copy (TN-only MMA consuming the same data along the other dim).
     #[serde(default)]
     pub transposed_copy: bool,
@@ -199,16 +202,17 @@ fn emulated_quant_s(
                 .filter(|o| o.rht > 0)
                 .map(|o| numel * o.copies as f64)
                 .sum();
-            let stochastic = |four: bool| -> f64 {
+            let stochastic = |group: u32| -> f64 {
                 outs.iter()
-                    .filter(|o| o.sr && o.sr4 == four)
+                    .filter(|o| o.sr && o.sr_group() == group)
                     .map(|o| numel * o.copies as f64)
                     .sum()
             };
-            let (stochastic, stochastic4) = (stochastic(false), stochastic(true));
+            let (stochastic, stochastic4, stochastic16) =
+                (stochastic(1), stochastic(4), stochastic(16));
             // The kernel that runs (kernels/quantize.py rowcol_route): the strip kernel
             // unless a copy uses SR; each prices its rotation differently.
-            let rht_s = if stochastic + stochastic4 > 0.0 {
+            let rht_s = if stochastic + stochastic4 + stochastic16 > 0.0 {
                 e.rht_s_per_elem
             } else {
                 e.strip_rht_s_per_elem
@@ -218,7 +222,8 @@ fn emulated_quant_s(
                     + elems * e.s_per_elem
                     + rotated * rht_s
                     + stochastic * e.sr_s_per_elem
-                    + stochastic4 * e.sr4_s_per_elem,
+                    + stochastic4 * e.sr4_s_per_elem
+                    + stochastic16 * e.sr16_s_per_elem,
             ))
         }
         Some(other) => Err(Error::unknown(
@@ -478,7 +483,8 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                     container,
                     rht: o.rht,
                     sr: o.sr,
-                    sr4: o.sr && o.sr4,
+                    sr4: o.sr && o.sr4 && !o.sr16,
+                    sr16: o.sr && o.sr16,
                     copies: if o.transposed_copy { 2 } else { 1 },
                     scale_conv: false,
                 });

@@ -183,6 +183,10 @@ pub struct Emulation {
     /// "sr" price).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_sr4_ns_per_elem: Option<Num>,
+    /// Per element written with rounding "sr16" (8-bit uniforms, a Philox per sixteen
+    /// elements; absent: the "sr4" price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_sr16_ns_per_elem: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
@@ -392,6 +396,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_sr4_ns_per_elem",
                         &em.triton_quant_sr4_ns_per_elem,
+                    ),
+                    (
+                        "emulation.triton_quant_sr16_ns_per_elem",
+                        &em.triton_quant_sr16_ns_per_elem,
                     ),
                 ]
                 .into_iter()

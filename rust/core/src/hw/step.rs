@@ -115,9 +115,10 @@ pub struct LinearFormats {
     /// RHT size per GEMM (fprop, dgrad, wgrad); 0 = none.
     pub rht: [u32; 3],
     pub sr: [bool; 6],
-    /// The recipe's SR uniforms come several per Philox (sr_stream = "x4", rounding
-    /// "sr4"; "x16" is priced as "x4", an upper bound, until its own term is fitted).
+    /// The recipe's SR uniforms come four per Philox (sr_stream = "x4", rounding "sr4").
     pub sr4: bool,
+    /// ... or sixteen, 8 bits each (sr_stream = "x16", rounding "sr16").
+    pub sr16: bool,
     pub refresh: u32,
 }
 
@@ -134,7 +135,8 @@ impl LinearFormats {
             ops,
             rht: [size("fprop"), size("dgrad"), size("wgrad")],
             sr,
-            sr4: r.sr_stream != "element",
+            sr4: r.sr_stream == "x4",
+            sr16: r.sr_stream == "x16",
             refresh: r.tensor_scale_refresh,
         })
     }
@@ -163,6 +165,7 @@ impl LinearFormats {
             rht: [0; 3],
             sr: [false; 6],
             sr4: false,
+            sr16: false,
             refresh: 1,
         }
     }
@@ -229,6 +232,7 @@ fn use_out(
         rht: f.rht[gemm],
         sr: f.sr[idx],
         sr4: f.sr[idx] && f.sr4,
+        sr16: f.sr[idx] && f.sr16,
         copies: 1,
         scale_conv: pl.conv == Conv::ScaleToE4m3,
     })
