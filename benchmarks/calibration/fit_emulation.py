@@ -56,9 +56,15 @@ def profile(recipe: str) -> dict:
     return {**prof, "ops": prof["gpu_ops"], "classes": P.class_ms(prof["gpu_ops"])}
 
 
+QUANT_TERMS = ("triton_quant_call_us", "triton_quant_ns_per_elem", "triton_quant_rht_ns_per_elem",
+               "triton_quant_strip_rht_ns_per_elem", "triton_quant_sr_ns_per_elem", "triton_quant_sr4_ns_per_elem",
+               "triton_quant_sr16_ns_per_elem", "triton_quant_amax_ns_per_elem")  # quant_features' columns
+
+
 def quant_features(q: dict) -> list[float]:
     """[1, elements written, rotated with SR, rotated without SR (strip kernel), rounded "sr",
-    rounded "sr4", rounded "sr16"] of a quantize op, as Rust counts them."""
+    rounded "sr4", rounded "sr16", amax-pass elements] of a quantize op, as Rust counts them
+    (the amax pass: refresh 1 and a format with a tensor scale)."""
     n = float(q["numel"])
     copies = [2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"]]
     rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o["rht"] > 0)
@@ -69,10 +75,9 @@ def quant_features(q: dict) -> list[float]:
 
     sr, sr4, sr16 = rounded(1), rounded(4), rounded(16)
     strip = sr + sr4 + sr16 == 0
-    return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, sr, sr4, sr16]
-
-
-SR16 = 6  # quant_features' "sr16" column: not fitted yet (the hardware model prices sr16 as sr4)
+    measures = q.get("refresh", 1) == 1 and any(o["format"]["scale"] in ("e4m3", "ue5m3", "fp32") for o in q["outputs"])
+    return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, sr, sr4, sr16,
+            n if measures else 0.0]
 
 
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -88,13 +93,17 @@ def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.array(X), np.array(y), np.array(w)
 
 
-def fit_quant() -> np.ndarray:
+def fit_quant() -> dict[str, float]:
+    """{term: value in the TOML's unit} for the QUANT_TERMS the fitted ops exercise (a
+    column without data, e.g. "sr" in runs that only use "sr4", is left as the TOML has it)."""
     parts = [quant_rows(r) for r in QUANT_FIT]
     X = np.vstack([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
     w = np.sqrt(np.concatenate([p[2] for p in parts]))
-    coef, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
-    return np.maximum(coef, 0.0)
+    cols = [j for j in range(X.shape[1]) if X[:, j].any()]
+    coef, *_ = np.linalg.lstsq(X[:, cols] * w[:, None], y * w, rcond=None)
+    return {QUANT_TERMS[j]: round(max(c, 0.0) * (1e6 if j == 0 else 1e9), 2 if j == 0 else 5)
+            for j, c in zip(cols, coef)}
 
 
 def class_ms(hw: fchw.Hardware, recipe: str, cls: str) -> tuple[float, float]:
@@ -154,6 +163,9 @@ def write_toml(values: dict) -> None:
     for key, (value, src) in values.items():
         line = f'{key} = {{ value = {value}, source = "{src}", confidence = "measured" }}'
         text, n = re.subn(rf"^{key} = .*$", line, text, flags=re.M)
+        if n == 0 and key.startswith("triton_quant_"):  # a term the file has no line for yet
+            last = list(re.finditer(r"^triton_quant_.*$", text, flags=re.M))[-1]
+            text, n = text[:last.end()] + "\n" + line + text[last.end():], 1
         if n != 1:
             raise SystemExit(f"hwmodels/h200.toml: no single line for {key}")
     path.write_text(text)
@@ -181,18 +193,12 @@ def main() -> None:
     clock = gemm_clock_check(hw)
     eager = round(fit_gemm(hw), 2)
     hw = hw.set("emulation.torch_eager_call_us", eager)
-    c = fit_quant()[:SR16]
-    call_us = round(c[0] * 1e6, 2)
-    ns, rht_ns, strip_ns, sr_ns, sr4_ns = (round(v * 1e9, 5) for v in c[1:])
-    quant = {"triton_quant_call_us": call_us, "triton_quant_ns_per_elem": ns, "triton_quant_rht_ns_per_elem": rht_ns,
-             "triton_quant_strip_rht_ns_per_elem": strip_ns, "triton_quant_sr_ns_per_elem": sr_ns,
-             "triton_quant_sr4_ns_per_elem": sr4_ns}
+    quant = fit_quant()
     for key, v in quant.items():
         hw = hw.set(f"emulation.{key}", v)
     print(f"attention_tile_cycles {tile:.0f}; torch_eager_call_us {eager:.2f} (eager GEMM clock "
           f"{hw.data['emulation']['torch_eager_gemm_clock_ghz']['value']} GHz; alone it would take {clock:.3f}); "
-          f"triton quant: {call_us:.2f} us/call, {ns:.5f} ns/elem, rht {rht_ns:.5f} (SR kernels) / "
-          f"{strip_ns:.5f} (strip), sr {sr_ns:.5f}, sr4 {sr4_ns:.5f} ns/elem")
+          "triton quant (us/call, ns/elem): " + ", ".join(f"{k.removeprefix('triton_quant_')} {v}" for k, v in quant.items()))
     role = {"gemm": GEMM_FIT, "quantize": QUANT_FIT, "attention": ATTN_FIT}
     print(f"fit folder {RUNS.name}:")
     for r, row in errors(hw).items():

@@ -121,7 +121,7 @@ def test_sr4_stream_in_both_orientations():
     M, K, BM, BK, seed, off = 64, 96, 16, 32, 7, 2**32 - 2
     out_r = torch.empty(BM, BK)
     out_c = torch.empty(BM, BK)
-    philox._x4_tile_kernel[(1,)](out_r, out_c, seed, off, M, K, BM=BM, BK=BK)
+    philox._group_tile_kernel[(1,)](out_r, out_c, seed, off, M, K, BM=BM, BK=BK)
     want = ref.uniform_x4(seed, off, torch.arange(M * K, dtype=torch.int64))
     assert torch.equal(out_r, want.view(M, K)[BM:2 * BM, BK:2 * BK])
     want_t = ref.uniform_x4(seed, off, torch.arange(M * K, dtype=torch.int64)).view(K, M).t()
@@ -136,7 +136,7 @@ def test_sr16_stream_in_both_orientations():
     M, K, BM, BK, seed, off = 64, 96, 16, 32, 7, 2**32 - 2
     out_r = torch.empty(BM, BK)
     out_c = torch.empty(BM, BK)
-    philox._x4_tile_kernel[(1,)](out_r, out_c, seed, off, M, K, BM=BM, BK=BK, G=16)
+    philox._group_tile_kernel[(1,)](out_r, out_c, seed, off, M, K, BM=BM, BK=BK, G=16)
     want = ref.uniform_x16(seed, off, torch.arange(M * K, dtype=torch.int64))
     assert torch.equal(out_r, want.view(M, K)[BM:2 * BM, BK:2 * BK])
     assert torch.equal(out_c, want.view(K, M).t()[BM:2 * BM, BK:2 * BK])

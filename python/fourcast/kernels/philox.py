@@ -88,7 +88,7 @@ def rand(n: int, seed: int, offset: int = 0, device="cuda"):
 
 
 @triton.jit
-def _x4_tile_kernel(OUT_R, OUT_C, seed, offset, M, K, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr = 4):
+def _group_tile_kernel(OUT_R, OUT_C, seed, offset, M, K, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr = 4):
     """Test helper: the "sr4" (G = 16: "sr16") uniforms of tile (1, 1) of a (M, K) layout
     into OUT_R and of its (K, M) transpose into OUT_C, both [BM, BK] in the (M, K) orientation."""
     m = BM + tl.arange(0, BM)[:, None]

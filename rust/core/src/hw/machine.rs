@@ -103,7 +103,8 @@ pub struct Eff {
 /// time (the kernels an op launched, no host waits): one call of fourcast's Triton
 /// quantizer is `call_s + elems * s_per_elem + rotated * (rht or strip_rht)_s_per_elem +
 /// stochastic * sr_s_per_elem + stochastic4 * sr4_s_per_elem + stochastic16 *
-/// sr16_s_per_elem` (rounding "sr" draws one Philox4x32-10 per element and copy, "sr4"
+/// sr16_s_per_elem + amax * amax_s_per_elem` (amax: the input elements when the call
+/// measures a tensor amax; rounding "sr" draws one Philox4x32-10 per element and copy, "sr4"
 /// one per four elements, "sr16" one per sixteen). Both
 /// kinds of call run the strip kernel; a call with SR uses its narrower SR tile, which
 /// prices its rotation differently (`rht_s_per_elem`) from the plain tile
@@ -117,6 +118,8 @@ pub struct EmulCost {
     pub sr_s_per_elem: f64,
     pub sr4_s_per_elem: f64,
     pub sr16_s_per_elem: f64,
+    /// Per input element of a call's amax pass (two-level formats measuring their amax).
+    pub amax_s_per_elem: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -262,6 +265,10 @@ impl Hw {
                     .as_ref()
                     .or(e.triton_quant_sr4_ns_per_elem.as_ref())
                     .or(e.triton_quant_sr_ns_per_elem.as_ref())
+                    .map_or(0.0, |n| n.value * 1e-9),
+                amax_s_per_elem: e
+                    .triton_quant_amax_ns_per_elem
+                    .as_ref()
                     .map_or(0.0, |n| n.value * 1e-9),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,
                 eager_clock_hz: e

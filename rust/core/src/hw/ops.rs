@@ -182,6 +182,7 @@ fn emulated_quant_s(
     implementation: Option<&str>,
     numel: f64,
     outs: &[QuantOut],
+    refresh: u32,
 ) -> Result<Option<f64>> {
     match implementation {
         None | Some("vendor") => Ok(None),
@@ -210,6 +211,10 @@ fn emulated_quant_s(
             };
             let (stochastic, stochastic4, stochastic16) =
                 (stochastic(1), stochastic(4), stochastic(16));
+            // The amax pass (kernels/strip.py _strip_amax_kernel) reads the input once for
+            // every copy that needs a tensor amax, as the native model's refresh rule says.
+            let measures = refresh == 1 && outs.iter().any(|o| o.fmt.scale.needs_tensor_amax());
+            let amax = if measures { numel } else { 0.0 };
             // The kernel that runs (kernels/quantize.py rowcol_route): the strip kernel
             // unless a copy uses SR; each prices its rotation differently.
             let rht_s = if stochastic + stochastic4 + stochastic16 > 0.0 {
@@ -223,7 +228,8 @@ fn emulated_quant_s(
                     + rotated * rht_s
                     + stochastic * e.sr_s_per_elem
                     + stochastic4 * e.sr4_s_per_elem
-                    + stochastic16 * e.sr16_s_per_elem,
+                    + stochastic16 * e.sr16_s_per_elem
+                    + amax * e.amax_s_per_elem,
             ))
         }
         Some(other) => Err(Error::unknown(
@@ -490,7 +496,8 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 });
             }
             let q = quant_cost(hw, *numel, *src_bytes, &outs, *refresh);
-            let emulated = emulated_quant_s(hw, implementation.as_deref(), *numel, &outs)?;
+            let emulated =
+                emulated_quant_s(hw, implementation.as_deref(), *numel, &outs, *refresh)?;
             if let Some(t) = emulated {
                 detail.insert("emulation_s", t);
             }

@@ -187,6 +187,10 @@ pub struct Emulation {
     /// elements; absent: the "sr4" price).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_sr16_ns_per_elem: Option<Num>,
+    /// Per input element of the amax pass, in calls that measure a tensor amax (two-level
+    /// formats, refresh 1; absent: 0, the per-element terms then carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_amax_ns_per_elem: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
@@ -400,6 +404,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_sr16_ns_per_elem",
                         &em.triton_quant_sr16_ns_per_elem,
+                    ),
+                    (
+                        "emulation.triton_quant_amax_ns_per_elem",
+                        &em.triton_quant_amax_ns_per_elem,
                     ),
                 ]
                 .into_iter()

@@ -572,6 +572,28 @@ fn emulated_quantizer_prices_each_stochastic_copy() {
 }
 
 #[test]
+fn emulated_quantizer_prices_its_amax_pass_only_when_it_measures() {
+    // One pass over the input when a two-level format measures its tensor amax (refresh 1);
+    // none when the amax is given (refresh > 1) or the format has no tensor scale (MX).
+    let h = Hw::from_profile(
+        &Profile::load("h200")
+            .unwrap()
+            .set("emulation.triton_quant_amax_ns_per_elem", "0.0007")
+            .unwrap(),
+    );
+    let e = h.emulation.unwrap();
+    assert!((e.amax_s_per_elem - 0.0007e-9).abs() < 1e-18);
+    let t = |fmt: &str, refresh: u32| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "refresh": {refresh}, "outputs": [{{"format": "{fmt}"}}, {{"format": "{fmt}", "transposed_copy": true}}]}}"#
+        );
+        op_time(&h, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    assert!((t("nvfp4", 1) - t("nvfp4", 10) - 1e7 * e.amax_s_per_elem).abs() <= 1e-12);
+    assert_eq!(t("mxfp4", 1), t("mxfp4", 10));
+}
+
+#[test]
 fn emulated_quantizer_only_where_fp4_is_missing() {
     let op = parse_op(&triton_quant(1e6, 0, Some("fourcast-triton"))).unwrap();
     let err = op_time(&hw("b200"), &op).unwrap_err().to_string();
