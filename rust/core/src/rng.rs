@@ -64,7 +64,7 @@ pub fn rand(seed: u64, offset: u64) -> f32 {
 /// serves four consecutive elements of the quantized layout.
 #[inline]
 pub fn rand_x4(seed: u64, offset: u64, index: u64) -> f32 {
-    uint_to_uniform(randint4x(seed, offset.wrapping_add(index >> 2))[(index & 3) as usize])
+    grouped(X4_SHIFT, pick_x4, seed, offset, index)
 }
 
 /// Element `index` of the sixteen-per-counter stream (SR mode "sr16"): byte
@@ -73,40 +73,63 @@ pub fn rand_x4(seed: u64, offset: u64, index: u64) -> f32 {
 /// (exact in f32; an SR decision off by at most 2^-9 of a step either way).
 #[inline]
 pub fn rand_x16(seed: u64, offset: u64, index: u64) -> f32 {
-    let word = randint4x(seed, offset.wrapping_add(index >> 4))[((index >> 2) & 3) as usize];
-    byte_to_uniform(word, (index & 3) as u32)
-}
-
-#[inline]
-fn byte_to_uniform(word: u32, byte: u32) -> f32 {
-    (((word >> (8 * byte)) & 0xFF) as f32 + 0.5) * (1.0 / 256.0)
-}
-
-/// `rand_x16(seed, offset, first + i)` for i in 0..out.len().
-pub fn rand_run_x16(seed: u64, offset: u64, first: u64, out: &mut [f32]) {
-    let mut i = 0;
-    while i < out.len() {
-        let index = first.wrapping_add(i as u64);
-        let words = randint4x(seed, offset.wrapping_add(index >> 4));
-        let mut j = (index & 15) as u32;
-        while j < 16 && i < out.len() {
-            out[i] = byte_to_uniform(words[(j >> 2) as usize], j & 3);
-            j += 1;
-            i += 1;
-        }
-    }
+    grouped(X16_SHIFT, pick_x16, seed, offset, index)
 }
 
 /// `rand_x4(seed, offset, first + i)` for i in 0..out.len().
 pub fn rand_run_x4(seed: u64, offset: u64, first: u64, out: &mut [f32]) {
+    grouped_run(X4_SHIFT, pick_x4, seed, offset, first, out)
+}
+
+/// `rand_x16(seed, offset, first + i)` for i in 0..out.len().
+pub fn rand_run_x16(seed: u64, offset: u64, first: u64, out: &mut [f32]) {
+    grouped_run(X16_SHIFT, pick_x16, seed, offset, first, out)
+}
+
+// The grouped streams: one `randint4x` counter per 2^shift consecutive elements, and
+// element j of a group read from the counter's four words by `pick`.
+const X4_SHIFT: u32 = 2;
+const X16_SHIFT: u32 = 4;
+
+#[inline]
+fn pick_x4(words: &[u32; 4], j: u32) -> f32 {
+    uint_to_uniform(words[j as usize])
+}
+
+#[inline]
+fn pick_x16(words: &[u32; 4], j: u32) -> f32 {
+    (((words[(j >> 2) as usize] >> (8 * (j & 3))) & 0xFF) as f32 + 0.5) * (1.0 / 256.0)
+}
+
+#[inline]
+fn grouped(
+    shift: u32,
+    pick: impl Fn(&[u32; 4], u32) -> f32,
+    seed: u64,
+    offset: u64,
+    index: u64,
+) -> f32 {
+    let words = randint4x(seed, offset.wrapping_add(index >> shift));
+    pick(&words, (index & ((1 << shift) - 1)) as u32)
+}
+
+fn grouped_run(
+    shift: u32,
+    pick: impl Fn(&[u32; 4], u32) -> f32,
+    seed: u64,
+    offset: u64,
+    first: u64,
+    out: &mut [f32],
+) {
+    let group = 1u32 << shift;
     let mut i = 0;
     while i < out.len() {
         let index = first.wrapping_add(i as u64);
-        let words = randint4x(seed, offset.wrapping_add(index >> 2));
-        let mut w = (index & 3) as usize;
-        while w < 4 && i < out.len() {
-            out[i] = uint_to_uniform(words[w]);
-            w += 1;
+        let words = randint4x(seed, offset.wrapping_add(index >> shift));
+        let mut j = (index & (group as u64 - 1)) as u32;
+        while j < group && i < out.len() {
+            out[i] = pick(&words, j);
+            j += 1;
             i += 1;
         }
     }
