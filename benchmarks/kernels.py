@@ -727,6 +727,7 @@ def linear_bench():
 
 
 LAYER_RECIPES = ("ue5m3", "mxfp4", "nvfp4", "ufp4")
+GRAPHED_RECIPES = ("ue5m3", "ue5m3+sr16", "nvfp4+sr16", "mxfp4+sr16", "ufp4+sr16")  # "+sr16": sr_stream x16
 
 
 def steady_qlinear(recipe: str, x, dy, path: str):
@@ -742,6 +743,15 @@ def steady_qlinear(recipe: str, x, dy, path: str):
     return lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)
 
 
+def linear_step(m: int, n: int, k: int):
+    """(x, dy, fwd+bwd of a bf16 nn.Linear(k, n) on x with output gradient dy): the baseline
+    of the layer benchmarks."""
+    x = rand((m, k)).requires_grad_(True)
+    dy = rand((m, n))
+    lin = torch.nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
+    return x, dy, lambda: torch.autograd.grad(lin(x), (x, lin.weight), dy)
+
+
 @section("QLinear layer fwd+bwd vs nn.Linear")
 def qlinear_bench():
     """The real layer (fourcast.nn.QLinear, bf16 weights, recipe's steady state: step 1,
@@ -750,10 +760,7 @@ def qlinear_bench():
     for (m, n, k) in LINEAR:
         if left() < 60:
             break
-        x = rand((m, k)).requires_grad_(True)
-        dy = rand((m, n))
-        lin = torch.nn.Linear(k, n, bias=False, device=DEV, dtype=torch.bfloat16)
-        base = lambda: torch.autograd.grad(lin(x), (x, lin.weight), dy)  # noqa: E731
+        x, dy, base = linear_step(m, n, k)
         base()
         t0 = ms(base, rep=50)
         row = dict(shape=f"M{m} N{n} K{k}", bf16_ms=t0)
@@ -766,6 +773,58 @@ def qlinear_bench():
                 t = ms(fn, rep=50)
                 row[f"{name} {path}"] = dict(ms=t, ratio=t / t0)
         RES["qlinear"].append(row)
+        log(row)
+        save()
+
+
+def cuda_graphed(fn):
+    """fn captured in a CUDA graph (after two warm-up calls on a side stream, as torch asks):
+    the replay's launch costs the host one call, so the timing is the GPU's alone."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+@section("QLinear layer fwd+bwd in CUDA graphs vs nn.Linear")
+def qlinear_graphed():
+    """qlinear_bench with both layers captured in CUDA graphs, as the trainer runs its steps
+    (fourcast/train/graphs.py): the layer's seeds in device memory (StepSeeds), no Python
+    per launch. The ratio is then GPU work against GPU work."""
+    if SMOKE:
+        return  # graphs need CUDA
+    from fourcast import nn as fcnn
+
+    for (m, n, k) in LINEAR:
+        if left() < 60:
+            break
+        x, dy, base = linear_step(m, n, k)
+        t0 = ms(cuda_graphed(base), rep=50)
+        row = dict(shape=f"M{m} N{n} K{k}", bf16_ms=t0)
+        t_eager = ms(base, rep=50)
+        row["bf16 eager"] = dict(ms=t_eager, ratio=t_eager / t0)
+        for name in GRAPHED_RECIPES:
+            if left() < 40:
+                break
+            base, _, stream = name.partition("+")
+            recipe = fc.recipe(base).set("sr_stream", {"sr16": "x16", "sr4": "x4"}[stream]) if stream else fc.recipe(base)
+            layer = fcnn.QLinear(k, n, bias=False, recipe=recipe, gemm_path="fused", device=DEV, dtype=torch.bfloat16)
+            fcnn.StepSeeds(layer, DEV)
+            fcnn.set_step(layer, 0)  # measures and stores the periodic tensor amaxes
+            step = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
+            step()
+            fcnn.set_step(layer, 1)  # the steady state, captured
+            t = ms(cuda_graphed(step), rep=50)
+            row[f"{name} fused"] = dict(ms=t, ratio=t / t0)
+            t = ms(step, rep=50)  # the same layer, launched from Python (against the graphed bf16)
+            row[f"{name} fused eager"] = dict(ms=t, ratio=t / t0)
+        RES.setdefault("qlinear_graphed", []).append(row)
         log(row)
         save()
 
@@ -824,6 +883,9 @@ def table():
     for g in RES["gemm_fp8_exact"]:
         print(f"  F mxfp4-on-fp8 {g['shape']:>16s} {g['tflops']:6.0f} TF exact={g['exact_operands']} "
               f"{(g.get('vs_cublas_bf16') or 0):.0%} bf16")
+    for key in ("qlinear", "qlinear_graphed"):
+        for lrow in RES.get(key, []):
+            print(f"  {key}", lrow["shape"], {k: round(v["ratio"], 3) for k, v in lrow.items() if isinstance(v, dict)})
     for lrow in RES["linear"]:
         print("  L", lrow["shape"], {k: round(v["ratio"], 3) for k, v in lrow.items() if isinstance(v, dict)})
     print("checks:", [(c["what"], c["ok"]) for c in RES["checks"]])
@@ -840,7 +902,7 @@ def main():
     steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, gemm_epilogue,
              decode_layout,
              layer_profiles, peers,
-             gemm_bench, gemm_variants, qlinear_bench, qlinear_host, linear_bench,
+             gemm_bench, gemm_variants, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]
     for s in steps:

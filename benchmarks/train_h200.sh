@@ -55,8 +55,11 @@ log "evidence runs: $STEPS steps each, gemm-path=$GEMM_PATH (exact emulation: fu
 for r in $RECIPES; do
   extra=()
   case $r in nvfp4|ufp4) [ "${CAPTURE:-1}" = 1 ] && extra=(--capture-every $((STEPS / 2))) ;; esac
-  # "preset+sr4" / "preset+sr16": the preset with its SR operands on the four / sixteen-per-counter stream
-  case $r in *+sr4) extra+=(--set sr_stream=x4 --set "name=$r") ;; *+sr16) extra+=(--set sr_stream=x16 --set "name=$r") ;; esac
+  # "preset+sr4" / "preset+sr16": the preset with its SR operands on the four / sixteen-per-counter stream;
+  # "+eager": steps not captured in CUDA graphs (train.cuda_graph=false)
+  case $r in *+sr4*) extra+=(--set sr_stream=x4) ;; *+sr16*) extra+=(--set sr_stream=x16) ;; esac
+  case $r in *+eager*) extra+=(--set train.cuda_graph=false) ;; esac
+  case $r in *+*) extra+=(--set "name=$r") ;; esac
   log "train $r"
   timeout "${RUN_TIMEOUT:-100}" fourcast train --recipe "${r%%+*}" "${COMMON[@]}" --steps "$STEPS" --gemm-path "$GEMM_PATH" --profile-steps 3 \
     "${extra[@]}" --out "$RUNS/$r" --json > "$RUNS/$r.json" 2> "$RUNS/$r.err" \

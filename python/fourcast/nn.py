@@ -36,6 +36,9 @@ and stores it (under torchrun `sync_amax` takes the max over ranks after the ste
 on other steps the stored value is passed as `tensor_amax`, so no amax pass runs.
 
 The trainer sets `QLinear.step` through `set_step(model, step)` before each step.
+For CUDA graphs, `StepSeeds(model, device)` moves the seeds into device memory: the
+kernels read them there (kernels.utils.seed_arg), `set_step` refreshes them with one
+host-to-device copy per step, and a captured step replays with each step's seeds.
 
     >>> import torch, fourcast as fc
     >>> model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
@@ -103,6 +106,20 @@ def operand_offset(key: str, numel: int) -> int:
     """SR base offset: 0 for the row-wise copy, numel for the column-wise copy (what
     ops.quantize_rowcol uses, so one fused call and two separate calls agree)."""
     return numel if key in COLUMN_WISE else 0
+
+
+def _mix_np(*words):
+    """mix() over numpy uint64 arrays (broadcast), for many seeds at once."""
+    import numpy as np
+
+    h = np.zeros(np.broadcast_shapes(*(np.shape(w) for w in words)), dtype=np.uint64)
+    for w in words:
+        z = h ^ np.asarray(w).astype(np.uint64)
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        h = z ^ (z >> np.uint64(31))
+    return h >> np.uint64(1)
 
 
 def rht_seed(recipe_seed: int, layer_id: int, step: int, policy: str) -> int:
@@ -284,6 +301,7 @@ class QLinear(nn.Linear):
         self._signs_cache: dict[tuple, torch.Tensor] = {}
         self._rht_memo: tuple = ()  # (step, device, (n, signs)) of the last _rht call
         self._seed_memo: dict[tuple, int] = {}
+        self._step_seeds: StepSeeds | None = None  # device-memory seeds (CUDA graphs)
         self.saved_bytes = 0  # bytes Wgrad's operand X took in the last forward
         self.bf16_bytes = 0  # what a bf16 X would have taken
         self._check()
@@ -439,8 +457,11 @@ class QLinear(nn.Linear):
         self._rht_memo = ((self.step, self.layer_id), device, rht)
         return rht
 
-    def _operand_seed(self, key: str) -> int:
-        """operand_seed of this layer now, memoised for the current step."""
+    def _operand_seed(self, key: str) -> int | torch.Tensor:
+        """operand_seed of this layer now, memoised for the current step; with StepSeeds
+        the device cell that holds it (set_step wrote this step's value there)."""
+        if self._step_seeds is not None:
+            return self._step_seeds.cell(self, key)
         memo_key = (self.seed, self.layer_id, self.step, self.rank, key.split(".")[1])
         seed = self._seed_memo.get(memo_key)
         if seed is None:
@@ -743,10 +764,71 @@ def qlinears(model: nn.Module) -> list[QLinear]:
 
 
 def set_step(model: nn.Module, step: int, rank: int = 0) -> None:
-    """Tell every QLinear the training step (seeds, RHT signs, tensor-scale refresh)."""
-    for m in qlinears(model):
+    """Tell every QLinear the training step (seeds, RHT signs, tensor-scale refresh), and
+    write the step's seeds into the layers' StepSeeds, if they have one."""
+    layers = qlinears(model)
+    for m in layers:
         m.step = step
         m.rank = rank
+    for table in {id(m._step_seeds): m._step_seeds for m in layers if m._step_seeds is not None}.values():
+        table.fill(step, rank)
+
+
+class StepSeeds:
+    """The operand seeds of every QLinear of a model in one int64 device tensor (a row per
+    layer: x, w, dy), for CUDA graphs. A captured kernel keeps its arguments, so a seed
+    passed by value would repeat the capture step's seed on every replay; these kernels
+    read the seed from the row instead, and `set_step` writes each step's values there
+    (one pinned host-to-device copy on the current stream, ordered before the step's work).
+    The values are operand_seed's, so the bits equal those of int seeds.
+    Seeds are the current step's: run a step's forward and backward between two set_step calls.
+
+        >>> import torch, fourcast as fc
+        >>> model = torch.nn.Sequential(torch.nn.Linear(32, 32))
+        >>> _ = fc.convert(model, "ue5m3")
+        >>> seeds = fc.nn.StepSeeds(model, "cpu"); fc.nn.set_step(model, 7)
+        >>> int(seeds.table[0, 2]) == fc.nn.operand_seed(0, 0, 7, "dgrad.dy")
+        True
+    """
+
+    def __init__(self, model: nn.Module, device: Any):
+        self.layers = qlinears(model)
+        self.table = torch.zeros((len(self.layers), len(TENSOR_INDEX)), dtype=torch.int64, device=device)
+        self._cells: dict[int, tuple[torch.Tensor, ...]] = {}
+        for i, m in enumerate(self.layers):
+            self._cells[id(m)] = tuple(self.table[i, j] for j in range(len(TENSOR_INDEX)))
+            m._step_seeds = self
+        import numpy as np
+
+        self._seed = np.array([[m.seed & _MASK64] for m in self.layers], dtype=np.uint64)
+        self._layer = np.array([[m.layer_id & _MASK64] for m in self.layers], dtype=np.uint64)
+        self.step: int | None = None
+        if self.layers:
+            self.fill(self.layers[0].step, self.layers[0].rank)
+
+    def cell(self, layer: QLinear, key: str) -> torch.Tensor:
+        """The 0-d device tensor that holds operand `key`'s seed of `layer` this step."""
+        return self._cells[id(layer)][TENSOR_INDEX[key.split(".")[1]]]
+
+    def fill(self, step: int, rank: int = 0) -> None:
+        """Write step `step`'s seeds (operand_seed for every layer and tensor)."""
+        import numpy as np
+
+        tensor = np.arange(1, len(TENSOR_INDEX) + 1)[None, :]
+        h = _mix_np(self._seed, self._layer, np.uint64(step & _MASK64), tensor)
+        if rank != 0:
+            h = _mix_np(h, np.uint64(rank))
+        host = torch.from_numpy(h.astype(np.int64))
+        if self.table.is_cuda:
+            host = host.pin_memory()
+        self.table.copy_(host, non_blocking=True)
+        self.step = step
+
+    def detach(self) -> None:
+        """Back to int seeds (the layers stop reading this table)."""
+        for m in self.layers:
+            if m._step_seeds is self:
+                m._step_seeds = None
 
 
 def sync_amax(model: nn.Module) -> None:

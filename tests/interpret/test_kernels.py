@@ -96,6 +96,38 @@ def test_rowcol_one_read_equals_two_quantizations():
     assert float(r.amax) == 1.5 and testing.packed_diff(c, ref.quantize(x, F["nvfp4"], axis=0)) == []
 
 
+@pytest.mark.parametrize("rounding", ["sr", "sr4", "sr16"])
+def test_a_seed_in_memory_gives_the_bits_of_the_int_seed(rounding, monkeypatch):
+    """What CUDA-graph training relies on (fourcast.nn.StepSeeds): the quantize, transposing
+    row+col and strip kernels read a one-element int64 seed tensor and write the same codes
+    as with the int, a 63-bit seed included (an i64 kernel argument)."""
+    x = testing.make_input("heavy", (32, 64), torch.bfloat16, seed=8)
+    f = F["nvfp4"]
+    for seed in (3, 2**62 + 12345):
+        held = torch.tensor([seed], dtype=torch.int64)
+        for axis in (-1, 0):
+            a = qk.quantize(x, f, axis=axis, rounding=rounding, seed=seed, offset=5)
+            b = qk.quantize(x, f, axis=axis, rounding=rounding, seed=held, offset=5)
+            assert testing.packed_diff(a, b) == []
+        for route in ("strip", "transpose"):
+            monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", route)
+            a = qk.quantize_rowcol(x, f, f, rounding, rounding, seed, 7, None, None)
+            b = qk.quantize_rowcol(x, f, f, rounding, rounding, held.view(()), 7, None, None)
+            assert all(testing.packed_diff(p, q) == [] for p, q in zip(a, b))
+            monkeypatch.delitem(qk.CONFIG_OVERRIDE, "rowcol")
+        other = qk.quantize(x, f, rounding=rounding, seed=torch.tensor([seed + 1]), offset=5)
+        assert not torch.equal(other.codes, qk.quantize(x, f, rounding=rounding, seed=seed, offset=5).codes)
+    assert torch.equal(ops.quantize(x, f, rounding=rounding, seed=torch.tensor(3)).codes,
+                       ref.quantize(x, f, rounding=rounding, seed=3).codes)
+
+
+def test_a_seed_tensor_must_be_one_int64_on_the_data_device():
+    x = testing.make_input("random", (16, 32), seed=1)
+    for bad in (torch.tensor([1, 2]), torch.tensor([1], dtype=torch.int32), torch.tensor(1.0)):
+        with pytest.raises(KernelInputError, match="seed tensor"):
+            qk.quantize(x, F["nvfp4"], rounding="sr", seed=bad)
+
+
 def test_outputs_fully_written_over_poison(monkeypatch):
     real_empty = torch.empty
 

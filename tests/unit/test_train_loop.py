@@ -109,6 +109,7 @@ def test_run_folder_is_complete(runs, name):
         assert summary[key] > 0, key
     assert summary["tokens"] == STEPS * 2 * 64
     assert checkpoint.read_meta(run_dir)["step"] == STEPS
+    assert summary["cuda_graphs"] == {"used": False, "why_not": "the device is not CUDA", "captured": 0, "replayed": 0}
 
 
 def test_profile_json_follows_the_schema(runs):

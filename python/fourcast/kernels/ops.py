@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 import torch
 
-from fourcast.errors import NonFiniteError, ShapeError
+from fourcast.errors import KernelInputError, NonFiniteError, ShapeError
 from fourcast.kernels import reference
 from fourcast.kernels.utils import (
     Packed,
@@ -105,6 +105,18 @@ def _prepare(x: torch.Tensor, fmt, axis, rounding, rht):
     return x.contiguous(), spec, axis, rht, m, k
 
 
+def _seed(seed, direct: bool):
+    """The seed an op gets: an int, or a one-element int64 tensor that the Triton kernels
+    read from device memory (CUDA graphs: kernels.utils.seed_arg). The CPU reference reads
+    its value. The dispatcher's schema takes an int, so a tensor seed needs the direct path."""
+    if not isinstance(seed, torch.Tensor):
+        return int(seed)
+    if not direct:
+        raise KernelInputError("a seed tensor works in eager mode only (CUDA graphs); pass an int seed under "
+                               "torch.compile or with inputs that require grad")
+    return seed
+
+
 def _amax_arg(tensor_amax, device):
     if tensor_amax is None:
         return None
@@ -143,7 +155,7 @@ def _quantize_impl(x, spec, axis, rounding, seed, offset, rht_n, signs, tensor_a
         amax = p.amax if tensor_amax is None else p.amax.clone()
         return p.codes, p.scales, p.tensor_scale, amax
     _check_finite(x)
-    p = reference.quantize(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
+    p = reference.quantize(x, spec, axis=axis, rounding=rounding, seed=int(seed), offset=offset, rht=rht,
                            tensor_amax=tensor_amax)
     return p.codes, p.scales, p.tensor_scale.clone(), p.amax.clone()  # never alias tensor_amax
 
@@ -172,7 +184,7 @@ def _fake_quant_impl(x, spec, axis, rounding, seed, offset, rht_n, signs, tensor
         return fk.fake_quant(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
                              tensor_amax=tensor_amax)
     _check_finite(x)
-    return reference.fake_quant(x, spec, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
+    return reference.fake_quant(x, spec, axis=axis, rounding=rounding, seed=int(seed), offset=offset, rht=rht,
                                 tensor_amax=tensor_amax)
 
 
@@ -246,8 +258,8 @@ def quantize(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", se
     rht_n, signs = (0, None) if rht is None else rht
     amax_arg = _amax_arg(tensor_amax, x.device)
     op = _quantize_impl if _direct(x, signs, amax_arg) else _quantize_op
-    codes, scales, ts, amax = op(x, spec if op is _quantize_impl else _fmt_key(spec), axis, rounding, int(seed),
-                                 int(offset), rht_n, signs, amax_arg)
+    codes, scales, ts, amax = op(x, spec if op is _quantize_impl else _fmt_key(spec), axis, rounding,
+                                 _seed(seed, op is _quantize_impl), int(offset), rht_n, signs, amax_arg)
     return Packed(codes, scales, ts, amax, spec.as_dict(), tuple(x.shape), axis, rht)
 
 
@@ -276,8 +288,8 @@ def fake_quant(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", 
     rht_n, signs = (0, None) if rht is None else rht
     amax_arg = _amax_arg(tensor_amax, x.device)
     if _direct(x, signs, amax_arg):
-        return _fake_quant_impl(x, spec, axis, rounding, int(seed), int(offset), rht_n, signs, amax_arg)
-    return _fake_quant_op(x, _fmt_key(spec), axis, rounding, int(seed), int(offset), rht_n, signs, amax_arg)
+        return _fake_quant_impl(x, spec, axis, rounding, _seed(seed, True), int(offset), rht_n, signs, amax_arg)
+    return _fake_quant_op(x, _fmt_key(spec), axis, rounding, _seed(seed, False), int(offset), rht_n, signs, amax_arg)
 
 
 def gemm(a: Packed, b: Packed, out_dtype: torch.dtype = torch.bfloat16, *, impl: str = "auto") -> torch.Tensor:

@@ -21,6 +21,17 @@ import triton.language as tl
 
 
 @triton.jit
+def load_seed(seed, SEED_PTR: tl.constexpr):
+    """The Philox seed of a kernel: its `seed` argument, or (SEED_PTR) the int64 that
+    argument points to. A seed in device memory lets a captured CUDA graph replay each
+    training step with that step's seeds (fourcast.nn.StepSeeds); the bits are the same."""
+    if SEED_PTR:
+        return tl.load(seed)
+    else:
+        return seed
+
+
+@triton.jit
 def sr_uniform(seed, m, k, K, offset):
     """u in [0, 1) for element (m, k) of a quantized (M, K) layout: Philox at
     seed, m * K + k + offset (int64, so any tensor size and base offset works)."""

@@ -33,7 +33,7 @@ import triton.language as tl
 
 from fourcast.errors import ShapeError
 from fourcast.kernels import launcher, reference
-from fourcast.kernels.philox import sr_uniform, sr_uniform_group
+from fourcast.kernels.philox import load_seed, sr_uniform, sr_uniform_group
 from fourcast.kernels.utils import (
     NAN_BYTE,
     SCALE_GRIDS,
@@ -49,6 +49,7 @@ from fourcast.kernels.utils import (
     interpreting,
     normalize_axis,
     parse_fmt,
+    seed_arg,
 )
 
 
@@ -397,7 +398,7 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
                      WRITE_XHAT: tl.constexpr, WRITE_ROT: tl.constexpr,
                      RHT_N: tl.constexpr, LOG2N: tl.constexpr, RHT_IMPL: tl.constexpr, DOT_BF16: tl.constexpr,
                      RNE_BF16: tl.constexpr, RHT_NORM: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
-                     UNSCALED: tl.constexpr = False):
+                     UNSCALED: tl.constexpr = False, SEED_PTR: tl.constexpr = False):
     """One [BM, BK] tile of the (M, K) layout (x viewed through strides s_m, s_k).
     PASS 0: tensor amax only (atomic max of |y| bits: NaN > Inf > finite, so NaN wins).
     PASS 1: quantize; codes/scales and/or x_hat (written through x's strides)."""
@@ -416,6 +417,7 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
         if WRITE_ROT:
             tl.store(ROT + m * K + k, y, mask=inb)
         amax = tl.load(AMAX_IN).to(tl.float32)
+        seed = load_seed(seed, SEED_PTR)
         codes, xhat, sbytes, ts = _quant_tile(
             y, m, k, tl.program_id(1) * BK, M, K, amax, seed, offset, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
             TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE, BM, BK, UNSCALED)
@@ -440,7 +442,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    PASS: tl.constexpr, FUSE_AMAX: tl.constexpr, WRITE_CODES: tl.constexpr,
                    WRITE_XHAT: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, RN_C: tl.constexpr,
                    LOG2N_C: tl.constexpr, RNE_BF16: tl.constexpr, NORM_R: tl.constexpr, NORM_C: tl.constexpr,
-                   BR: tl.constexpr, BC: tl.constexpr, UNSCALED: tl.constexpr = False):
+                   BR: tl.constexpr, BC: tl.constexpr, UNSCALED: tl.constexpr = False,
+                   SEED_PTR: tl.constexpr = False):
     """Row-wise (blocks along C) AND column-wise (blocks along R: x^T's layout) copies of a
     row-major (R, C) x from ONE read of each [BR, BC] tile. Each copy has its own RHT,
     rounding and tensor amax (AMAX_BITS[0] row, [1] col); x_hat of both in x's orientation."""
@@ -467,6 +470,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         tl.atomic_max(AMAX_BITS, tl.max(tl.max(tl.abs(yr).to(tl.int32, bitcast=True), axis=1), axis=0))
         tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(tl.abs(yc).to(tl.int32, bitcast=True), axis=1), axis=0))
     if PASS == 1:
+        seed = load_seed(seed, SEED_PTR)
         amax_r = tl.load(AMAX_IN_R).to(tl.float32)
         amax_c = tl.load(AMAX_IN_C).to(tl.float32)
         codes, xhat, sbytes, ts_r = _quant_tile(
@@ -717,7 +721,8 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
     interp = interpreting()
     common = dict(consts, RHT_N=rn, LOG2N=log2n, RHT_IMPL=rht_impl, DOT_BF16=x.dtype == torch.bfloat16 and not
                   interp, RNE_BF16=interp, RHT_NORM=rht_norm(rn), BM=bm, BK=bk, num_warps=warps)
-    args = (x, codes, scales, xhat, rot, amax_bits, amax_in, ts, signs, hmat, m, k, s_m, s_k, int(seed),
+    seed, common["SEED_PTR"] = seed_arg(seed, dev)
+    args = (x, codes, scales, xhat, rot, amax_bits, amax_in, ts, signs, hmat, m, k, s_m, s_k, seed,
             int(offset), rscale)
     if need_amax:
         launcher.run(_quantize_kernel, grid, args, dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False,
@@ -863,8 +868,9 @@ def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int
         flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
     else:
         flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0], PASS=1)
+    consts = dict(common, FUSE_AMAX=fuse, **flags)
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=(_cdiv(R, br), _cdiv(C, bc)),
-                consts=dict(common, FUSE_AMAX=fuse, **flags), amax=None)
+                consts=consts, consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     if fresh and route == "strip":
         br0, bc0, iters = strip.amax_config(br, bc, interp)
         plan["amax"] = ((_cdiv(R, br0 * iters), _cdiv(C, bc0)),
@@ -925,8 +931,9 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     from fourcast.kernels import strip
 
     kernel = strip._strip_kernel if plan["route"] == "strip" else _rowcol_kernel
+    seed, seed_ptr = seed_arg(seed, dev)
     args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
-            int(seed), int(offset), int(offset) + R * C)
+            seed, int(offset), int(offset) + R * C)
     if plan["route"] != "strip":
         args += (scale_r, scale_c)
     if plan["amax"] is not None:
@@ -935,7 +942,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
             launcher.run(strip._strip_amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
         else:
             launcher.run(kernel, grid0, args, consts0)
-    launcher.run(kernel, plan["grid"], args, plan["consts"])
+    launcher.run(kernel, plan["grid"], args, plan["consts_seed_ptr" if seed_ptr else "consts"])
     return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax_in)
 
 

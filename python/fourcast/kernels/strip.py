@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from fourcast.kernels.philox import sr_uniform, sr_uniform_group, sr_uniform_group_t
+from fourcast.kernels.philox import load_seed, sr_uniform, sr_uniform_group, sr_uniform_group_t
 from fourcast.kernels.quantize import (
     _block_max,
     _block_scales,
@@ -135,7 +135,7 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
                   XHAT_R_ON: tl.constexpr, CODES_C_ON: tl.constexpr, XHAT_C_ON: tl.constexpr,
                   UNSCALED: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, NORM_R: tl.constexpr,
                   RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
-                  RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+                  RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, SEED_PTR: tl.constexpr = False):
     """See the module doc: quantize and store what *_ON ask (the tensor amaxes from
     AMAX_IN_R / AMAX_IN_C: _strip_amax_kernel's, or given; FUSE_AMAX: single-level formats record them
     here). Program ids: rows fastest, so neighbouring programs fill the same transposed rows."""
@@ -145,6 +145,7 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
     c = pid_c * BC + tl.arange(0, BC)[None, :]
     inb = (r < R) & (c < C)
     x = tl.load(X + r * C + c, mask=inb, other=0.0).to(tl.float32)
+    seed = load_seed(seed, SEED_PTR)
     yr, yc = _copies(x, r, c, SIGNS_R, SIGNS_C, RN_R, LOG2N_R, NORM_R, RN_C, LOG2N_C, NORM_C, BR, BC)
     if FUSE_AMAX:
         tl.atomic_max(AMAX_BITS, tl.max(tl.max(tl.abs(yr).to(tl.int32, bitcast=True), axis=1), axis=0))

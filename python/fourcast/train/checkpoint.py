@@ -44,12 +44,21 @@ def save(run_dir: str | os.PathLike, model: torch.nn.Module, opt: torch.optim.Op
         for name, v in state.items():
             tensors[f"optim/{fqn}/{name}"] = torch.as_tensor(v).detach().contiguous().clone()
     tensors["rng/torch"] = torch.get_rng_state()
-    groups = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in g.items()} for g in opt_sd["param_groups"]]
+    groups = [{k: _json_value(v) for k, v in g.items()} for g in opt_sd["param_groups"]]
     meta = {"step": str(step), "param_groups": json.dumps(groups), "extra": json.dumps(extra or {}), "format": "fourcast.checkpoint/1"}
     target = path_of(run_dir)
     tmp = target.with_suffix(f".tmp{os.getpid()}")
     save_file(tensors, str(tmp), metadata=meta)
     os.replace(tmp, target)
+
+
+def _json_value(v: Any) -> Any:
+    """A param-group value as JSON holds it (a CUDA run's learning rate is a 0-d tensor)."""
+    if isinstance(v, tuple):
+        return list(v)
+    if isinstance(v, torch.Tensor):
+        return v.item()
+    return v
 
 
 def read_meta(run_dir: str | os.PathLike) -> dict:

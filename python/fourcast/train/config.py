@@ -164,6 +164,7 @@ class TrainConfig:
     capture_every: int = 0  # save X, W, dY samples every K steps (0 = off)
     capture_rows: int = 256  # rows kept per captured tensor
     progress: bool = True
+    cuda_graph: bool = True  # capture the steps in CUDA graphs where the run allows (train/graphs.py)
 
     @property
     def warmup(self) -> int:

@@ -32,7 +32,7 @@ from fourcast import _core
 from fourcast import nn as fcnn
 from fourcast.errors import TrainError
 from fourcast.recipes import Recipe
-from fourcast.train import checkpoint, run
+from fourcast.train import checkpoint, graphs, run
 from fourcast.train.capture import TensorCapture
 from fourcast.train.config import RunConfig, TrainConfig, legacy_model_dict
 from fourcast.train.data import load_data
@@ -40,7 +40,8 @@ from fourcast.train.model import Transformer
 from fourcast.train.profile import TIMELINE_ENV, Profiler, Timeline, pick_timeline_step, sampled_steps
 
 # Fields that may differ between a run and its resumption (everything else must match).
-RESUMABLE_FIELDS = ("steps", "progress", "eval_every", "ckpt_every", "profile_steps", "capture_every", "capture_rows")
+RESUMABLE_FIELDS = ("steps", "progress", "eval_every", "ckpt_every", "profile_steps", "capture_every", "capture_rows",
+                    "cuda_graph")
 # Model fields a resumed run takes from the checkpointed run, whatever was asked: they
 # decide which modules (parameter names) the checkpoint holds, and a run folder written
 # before fused_proj existed is unfused while new runs default to fused.
@@ -252,15 +253,13 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
     net = _wrap(model, t, device, world)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=t.lr,
-        betas=(t.beta1, t.beta2),
-    )
+    opt = graphs.make_adamw([{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+                            t.lr, (t.beta1, t.beta2), device)
 
     start, tokens = 0, 0
     if resume:
         info = checkpoint.load(run_dir, net, opt)
+        graphs.make_capturable(opt, device)
         start, tokens = info["step"], info["extra"].get("tokens", 0)
         if rank == 0:
             run.truncate_metrics(run_dir, start)
@@ -291,17 +290,40 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
     timeline_step = pick_timeline_step(os.environ.get(TIMELINE_ENV), start, t.steps, profile_at) \
         if device.type == "cuda" and rank == 0 else -1
     traced = None  # the timeline step's summary: GPU kernel time per profiled op
+    params = list(model.parameters())
+
+    def body(x, y):
+        """One step's work on the device: forward, backward, clipping, AdamW."""
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast, cache_enabled=stepper is None):
+            _, loss = net(x, y)
+        loss.backward()
+        if t.grad_clip > 0:
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        with fcnn.trace_region("optimizer", params=sum(p.numel() for p in params)):
+            opt.step()
+        return loss.detach(), grad_norm
+
+    stepper = None  # graphs.StepGraphs when the steps are captured
+    why_eager = graphs.unsupported(device, world, cfg.model.n_experts, model) if t.cuda_graph else "cuda_graph is off"
+    if why_eager is None:
+        fcnn.StepSeeds(model, device)
+    elif t.cuda_graph and device.type == "cuda":
+        log(f"steps run eagerly (no CUDA graphs): {why_eager}")
     wall = time.perf_counter()
     try:
         for step in range(start, t.steps):
             lr = lr_at(step, t)
-            for group in opt.param_groups:
-                group["lr"] = lr
+            graphs.set_lr(opt, lr)
             fcnn.set_step(model, step, rank)
             xb, yb = data.batch(step, t.batch, t.seq, seed=t.seed, rank=rank)
             x, y = torch.from_numpy(xb).to(device), torch.from_numpy(yb).to(device)
+            if why_eager is None and stepper is None:
+                stepper = graphs.StepGraphs(body, opt, x, y)
             profiled = profiler is not None and step in profile_at
-            if capture and capture.due(step):
+            captured = bool(capture and capture.due(step))
+            if captured:
                 capture.arm(step)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -311,16 +333,13 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
             t0 = time.perf_counter()
             if profiled:
                 profiler.start_step(model)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-                _, loss = net(x, y)
-            loss.backward()
-            if t.grad_clip > 0:
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+            if stepper is not None:
+                hooked = profiled or timeline is not None or captured  # these need the host: eager
+                kind = None if hooked else graphs.step_kind(model, step)
+                loss, grad_norm = stepper.step(kind, x, y)
             else:
-                grad_norm = torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-            with fcnn.trace_region("optimizer", params=sum(p.numel() for p in model.parameters())):
-                opt.step()
-            opt.zero_grad(set_to_none=True)
+                loss, grad_norm = body(x, y)
+                opt.zero_grad(set_to_none=True)
             if world > 1 and refresh > 1 and step % refresh == 0:
                 fcnn.sync_amax(model)
             if device.type == "cuda":
@@ -380,11 +399,11 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
     summary = {}
     if rank == 0:
         summary = _finish(run_dir, cfg, recipe, model, summary_convert, device, world, profiler, time.perf_counter() - wall,
-                          traced)
+                          traced, graphs.report(stepper, why_eager))
     return summary
 
 
-def _finish(run_dir, cfg, recipe, model, converted, device, world, profiler, wall_s, traced=None) -> dict:
+def _finish(run_dir, cfg, recipe, model, converted, device, world, profiler, wall_s, traced=None, cuda_graphs=None) -> dict:
     train_lines, val_lines = run.read_metrics(run_dir)
     step_ms = run.median_step_ms(train_lines)
     if device.type == "cuda":
@@ -412,6 +431,7 @@ def _finish(run_dir, cfg, recipe, model, converted, device, world, profiler, wal
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "world_size": world,
         "gemm_path": t.gemm_path,
+        "cuda_graphs": cuda_graphs,
         "activation_memory": fcnn.memory_report(model),
         "convert": converted.to_dict(),
         "wall_s_this_process": wall_s,

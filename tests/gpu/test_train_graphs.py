@@ -1,0 +1,81 @@
+"""CUDA-graph training (fourcast/train/graphs.py) on a CUDA device: a graphed run repeats an
+eager run's losses and gradient norms bit for bit, through tensor-scale refresh steps
+(their own graph), RHT recipes (fixed and per-layer signs), profiled steps (eager in
+between replays) and a resume; and the graphs were captured and replayed."""
+
+import json
+
+import pytest
+import torch
+
+import fourcast as fc
+from fourcast.train import graphs
+from fourcast.train.config import DataConfig, RunConfig, TrainConfig, model_config
+from fourcast.train.loop import train
+
+pytestmark = pytest.mark.gpu
+
+
+def _cfg(tmp_path, shared_data, recipe, steps, **train_kw):
+    text = tmp_path / "train.txt"
+    if not text.exists():
+        text.write_bytes((shared_data / "corpus" / "train" / "gutenberg.txt").read_bytes()[:200_000])
+    r = fc.recipe(recipe).to_dict()
+    if r.get("tensor_scale_refresh", 1) > 1:
+        r["tensor_scale_refresh"] = 4  # refresh steps 0, 4, 8, ...: both graphs replay in 14 steps
+    return RunConfig(recipe=r, model=model_config("tiny,n_layers=2"), model_name="tiny",
+                     data=DataConfig(path=str(text), val_fraction=0.1, cache_dir=str(tmp_path / "cache")),
+                     train=TrainConfig(steps=steps, batch=2, seq=128, eval_every=7, ckpt_every=7, device="cuda",
+                                       progress=False, **train_kw))
+
+
+def _lines(run_dir):
+    lines = [json.loads(s) for s in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(m["step"], m.get("loss"), m.get("grad_norm"), m.get("val_loss")) for m in lines]
+
+
+@pytest.mark.parametrize("recipe", ["ue5m3", "nvfp4", "mxfp4", "bf16"])
+def test_graphed_run_repeats_the_eager_run_bit_for_bit(recipe, shared_data, tmp_path, monkeypatch):
+    monkeypatch.delenv("FOURCAST_TIMELINE_STEP", raising=False)
+    eager = train(_cfg(tmp_path, shared_data, recipe, 14, cuda_graph=False), tmp_path / "eager")
+    graphed = train(_cfg(tmp_path, shared_data, recipe, 14, profile_steps=2), tmp_path / "graphed")
+    assert eager["cuda_graphs"] == {"used": False, "why_not": "cuda_graph is off", "captured": 0, "replayed": 0}
+    g = graphed["cuda_graphs"]
+    kinds = 2 if recipe == "ue5m3" else 1
+    assert g["used"] and g["captured"] == kinds and g["replayed"] >= 14 - 2 * kinds - 3, g
+    assert _lines(tmp_path / "graphed") == _lines(tmp_path / "eager")
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_at_7(done, record):
+    if done == 7:  # after step 7's checkpoint: a run killed there
+        raise _Stop
+
+
+def test_graphed_resume_continues_bit_for_bit(shared_data, tmp_path):
+    whole = train(_cfg(tmp_path, shared_data, "ue5m3", 14), tmp_path / "whole")
+    with pytest.raises(_Stop):
+        train(_cfg(tmp_path, shared_data, "ue5m3", 14), tmp_path / "part", on_step=_stop_at_7)
+    resumed = train(_cfg(tmp_path, shared_data, "ue5m3", 14), tmp_path / "part", resume=True)
+    assert whole["cuda_graphs"]["used"] and resumed["cuda_graphs"]["replayed"] > 0
+    assert _lines(tmp_path / "part") == _lines(tmp_path / "whole")
+
+
+def test_capturable_optimizer_after_loading_a_host_step_checkpoint():
+    """A checkpoint written before capturable AdamW holds host step counters and float
+    learning rates; make_capturable moves them so a graph can capture the step."""
+    p = torch.nn.Parameter(torch.ones(4, device="cuda"))
+    old = torch.optim.AdamW([p], lr=1e-3)
+    p.grad = torch.ones_like(p)
+    old.step()
+    opt = graphs.make_adamw([{"params": [p]}], 1e-3, (0.9, 0.95), p.device)
+    opt.load_state_dict(old.state_dict())
+    graphs.make_capturable(opt, p.device)
+    assert isinstance(opt.param_groups[0]["lr"], torch.Tensor) and opt.param_groups[0]["capturable"]
+    assert opt.state[p]["step"].is_cuda
+    graphs.set_lr(opt, 5e-4)
+    opt.step()
+    assert opt.param_groups[0]["lr"].item() == torch.tensor(5e-4).item()  # an f32 tensor
