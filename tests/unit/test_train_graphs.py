@@ -73,5 +73,12 @@ def test_a_device_learning_rate_is_checkpointed_as_a_number(tmp_path):
     fresh = torch.optim.AdamW(m.parameters(), lr=0.5)
     checkpoint.load(tmp_path, m, fresh)
     assert fresh.param_groups[0]["lr"] == pytest.approx(0.01)
-    graphs.make_capturable(fresh, torch.device("cpu"))  # nothing to do off CUDA
+    graphs.make_capturable(fresh, torch.device("cpu"))  # not a capturable optimizer: nothing to do
     assert not isinstance(fresh.param_groups[0]["lr"], torch.Tensor)
+
+
+def test_adamw_is_capturable_only_on_one_cuda_device():
+    groups = lambda: [{"params": [torch.nn.Parameter(torch.ones(2))]}]  # noqa: E731
+    for device, world in ((torch.device("cpu"), 1), (CUDA, 2)):  # several processes: DDP/FSDP2's AdamW
+        opt = graphs.make_adamw(groups(), 1e-3, (0.9, 0.95), device, world)
+        assert not opt.defaults["capturable"] and not isinstance(opt.param_groups[0]["lr"], torch.Tensor)

@@ -55,10 +55,12 @@ def step_kind(model: torch.nn.Module, step: int) -> tuple[bool, ...]:
     return tuple(step % n == 0 for n in periods)
 
 
-def make_adamw(groups: list[dict], lr: float, betas: tuple[float, float], device: torch.device) -> torch.optim.AdamW:
-    """AdamW as every run on `device` uses it: on CUDA capturable, with the learning rate
-    a device tensor (set_lr fills it), so eager and graphed steps do the same arithmetic."""
-    if device.type != "cuda":
+def make_adamw(groups: list[dict], lr: float, betas: tuple[float, float], device: torch.device,
+               world: int = 1) -> torch.optim.AdamW:
+    """AdamW as a run uses it: on one CUDA device capturable, with the learning rate a device
+    tensor (set_lr fills it), whether or not the steps are captured, so eager and graphed
+    runs do the same arithmetic. Elsewhere (CPU, DDP, FSDP2) the plain AdamW."""
+    if device.type != "cuda" or world > 1:
         return torch.optim.AdamW(groups, lr=lr, betas=betas)
     opt = torch.optim.AdamW(groups, lr=lr, betas=betas, capturable=True, foreach=True)
     make_capturable(opt, device)
@@ -69,7 +71,7 @@ def make_capturable(opt: torch.optim.Optimizer, device: torch.device) -> None:
     """After make_adamw or a checkpoint load (which brings float learning rates, and for a
     checkpoint written before capturable optimizers, host step counters): device lr
     tensors, capturable groups, step counters on the device."""
-    if device.type != "cuda":
+    if not opt.defaults.get("capturable"):
         return
     for g in opt.param_groups:
         if not isinstance(g["lr"], torch.Tensor):

@@ -254,7 +254,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = graphs.make_adamw([{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                            t.lr, (t.beta1, t.beta2), device)
+                            t.lr, (t.beta1, t.beta2), device, world)
 
     start, tokens = 0, 0
     if resume:
