@@ -1,7 +1,7 @@
 """What CUDA-graph training (fourcast/train/graphs.py) decides on the host, checked on
 the CPU: which runs can be captured, the kinds of step, the seeds in memory (StepSeeds)
 giving the layer the bits of int seeds, and a checkpoint of a device learning rate.
-tests/gpu/test_train_graphs.py runs the graphs themselves."""
+tests/gpu/test_train_graphs_gpu.py runs the graphs themselves."""
 
 import pytest
 import torch
