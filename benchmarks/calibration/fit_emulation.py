@@ -47,24 +47,32 @@ QUANT_HELD_OUT = ("ufp4",)
 ATTN_FIT = RECIPES
 
 
+def run_dir(recipe: str) -> pathlib.Path:
+    """A run of --runs by recipe name, or any run folder given as a path relative to
+    benchmarks/results ("training-h200-run11/125m/mxfp4+sr4")."""
+    return ROOT / "benchmarks/results" / recipe if "/" in recipe else RUNS / recipe
+
+
 def profile(recipe: str) -> dict:
-    prof = P.load_profile(RUNS / recipe)
+    prof = P.load_profile(run_dir(recipe))
     if MEASURE == "events":
         return prof
     if not prof.get("gpu_ops"):
-        raise SystemExit(f"{RUNS / recipe}: no GPU times (record runs with FOURCAST_TIMELINE_STEP)")
+        raise SystemExit(f"{run_dir(recipe)}: no GPU times (record runs with FOURCAST_TIMELINE_STEP)")
     return {**prof, "ops": prof["gpu_ops"], "classes": P.class_ms(prof["gpu_ops"])}
 
 
 QUANT_TERMS = ("triton_quant_call_us", "triton_quant_ns_per_elem", "triton_quant_rht_ns_per_elem",
                "triton_quant_strip_rht_ns_per_elem", "triton_quant_sr_ns_per_elem", "triton_quant_sr4_ns_per_elem",
-               "triton_quant_sr16_ns_per_elem", "triton_quant_amax_ns_per_elem")  # quant_features' columns
+               "triton_quant_sr16_ns_per_elem", "triton_quant_amax_ns_per_elem",
+               "triton_quant_amax_tile_ns")  # quant_features' columns
 
 
 def quant_features(q: dict) -> list[float]:
     """[1, elements written, rotated with SR, rotated without SR (strip kernel), rounded "sr",
-    rounded "sr4", rounded "sr16", amax-pass elements] of a quantize op, as Rust counts them
-    (the amax pass: refresh 1 and a format with a tensor scale)."""
+    rounded "sr4", rounded "sr16", amax-pass elements, in-kernel amax tiles] of a quantize op,
+    as Rust counts them (the amax pass: refresh 1 and a format with a tensor scale; in-kernel
+    amax: formats without one, two atomics per strip tile, ops.rs in_kernel_amax_tiles)."""
     n = float(q["numel"])
     copies = [2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"]]
     rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o["rht"] > 0)
@@ -76,8 +84,15 @@ def quant_features(q: dict) -> list[float]:
     sr, sr4, sr16 = rounded(1), rounded(4), rounded(16)
     strip = sr + sr4 + sr16 == 0
     measures = q.get("refresh", 1) == 1 and any(o["format"]["scale"] in ("e4m3", "ue5m3", "fp32") for o in q["outputs"])
+    outs = q["outputs"]
+    single = all(o["format"].get("block") and o["format"]["scale"] not in ("e4m3", "ue5m3", "fp32") for o in outs)
+    tiles = 0.0
+    if single:
+        block = max(o["format"]["block"] for o in outs)
+        rows = max(block, 16, *(o["rht"] for o in outs[1:]))
+        tiles = n / (rows * max(64 if strip else 32, outs[0]["rht"]))
     return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, sr, sr4, sr16,
-            n if measures else 0.0]
+            n if measures else 0.0, tiles]
 
 
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -101,9 +116,16 @@ def fit_quant() -> dict[str, float]:
     y = np.concatenate([p[1] for p in parts])
     w = np.sqrt(np.concatenate([p[2] for p in parts]))
     cols = [j for j in range(X.shape[1]) if X[:, j].any()]
-    coef, *_ = np.linalg.lstsq(X[:, cols] * w[:, None], y * w, rcond=None)
-    return {QUANT_TERMS[j]: round(max(c, 0.0) * (1e6 if j == 0 else 1e9), 2 if j == 0 else 5)
-            for j, c in zip(cols, coef)}
+    while True:  # least squares without negative costs: drop the most negative term, refit
+        coef, *_ = np.linalg.lstsq(X[:, cols] * w[:, None], y * w, rcond=None)
+        if (coef >= 0).all():
+            break
+        dropped = cols.pop(int(np.argmin(coef)))
+        print(f"quantize fit: {QUANT_TERMS[dropped]} came out negative; fixed at 0")
+    exercised = [j for j in range(X.shape[1]) if X[:, j].any()]
+    full = dict(zip(cols, coef))
+    return {QUANT_TERMS[j]: round(full.get(j, 0.0) * (1e6 if j == 0 else 1e9), 2 if j == 0 else 5)
+            for j in exercised}
 
 
 def class_ms(hw: fchw.Hardware, recipe: str, cls: str) -> tuple[float, float]:
@@ -182,17 +204,24 @@ def main() -> None:
     ap.add_argument("--quant-fit", default=",".join(QUANT_FIT),
                     help="comma-separated runs of --runs whose quantize ops are fitted (the other FP4 runs are held out)")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
+    ap.add_argument("--quant-only", action="store_true",
+                    help="fit (and write) only the quantizer terms; attention and GEMM terms stay as the file has them")
     args = ap.parse_args()
     RUNS, MEASURE = pathlib.Path(args.runs), args.measure
     RECIPES = ATTN_FIT = tuple(p.name for p in sorted(RUNS.iterdir()) if (p / "profile.json").is_file())
     QUANT_FIT = tuple(args.quant_fit.split(","))
     QUANT_HELD_OUT = tuple(r for r in RECIPES if r not in QUANT_FIT and r not in GEMM_FIT)
     hw = fchw.load("h200")
-    tile = round(fit_attention(hw), -1)
-    hw = hw.set("efficiency.attention_tile_cycles", tile)
-    clock = gemm_clock_check(hw)
-    eager = round(fit_gemm(hw), 2)
-    hw = hw.set("emulation.torch_eager_call_us", eager)
+    if args.quant_only:
+        tile = hw.data["efficiency"]["attention_tile_cycles"]["value"]
+        eager = hw.data["emulation"]["torch_eager_call_us"]["value"]
+        clock = float("nan")
+    else:
+        tile = round(fit_attention(hw), -1)
+        hw = hw.set("efficiency.attention_tile_cycles", tile)
+        clock = gemm_clock_check(hw)
+        eager = round(fit_gemm(hw), 2)
+        hw = hw.set("emulation.torch_eager_call_us", eager)
     quant = fit_quant()
     for key, v in quant.items():
         hw = hw.set(f"emulation.{key}", v)
@@ -218,13 +247,17 @@ def main() -> None:
         run = f"{RUNS.parent.name}/{RUNS.name}"
         timed = "GPU time" if MEASURE == "gpu" else "CUDA-event time"
         tool = "fit: benchmarks/calibration/fit_emulation.py"
-        write_toml({
+        others = {} if args.quant_only else {
             "attention_tile_cycles": (tile, f"{tool} ({timed} of the attention ops of {run}, one shape; "
                                             f"{', '.join(c.name for c in checks)} as the check)"),
             "torch_eager_call_us": (eager, f"{tool} ({timed} of the GEMM calls of {run}/bf16 at the eager GEMM clock; "
                                            "FP4 runs held out)"),
-            **{key: (v, f"{tool} ({timed} of the quantize ops of {run} {', '.join(QUANT_FIT)}; "
-                        f"{', '.join(QUANT_HELD_OUT)} held out)") for key, v in quant.items()},
+        }
+        fitted = ", ".join(f if "/" in f else f"{run}/{f}" for f in QUANT_FIT)
+        write_toml({
+            **others,
+            **{key: (v, f"{tool} ({timed} of the quantize ops of {fitted}; the rest held out: "
+                        "projection-h200.md, session 9)") for key, v in quant.items()},
         })
 
 

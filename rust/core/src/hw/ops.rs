@@ -215,9 +215,10 @@ fn emulated_quant_s(
             // every copy that needs a tensor amax, as the native model's refresh rule says.
             let measures = refresh == 1 && outs.iter().any(|o| o.fmt.scale.needs_tensor_amax());
             let amax = if measures { numel } else { 0.0 };
+            let sr_any = stochastic + stochastic4 + stochastic16 > 0.0;
             // The kernel that runs (kernels/quantize.py rowcol_route): the strip kernel
             // unless a copy uses SR; each prices its rotation differently.
-            let rht_s = if stochastic + stochastic4 + stochastic16 > 0.0 {
+            let rht_s = if sr_any {
                 e.rht_s_per_elem
             } else {
                 e.strip_rht_s_per_elem
@@ -229,7 +230,8 @@ fn emulated_quant_s(
                     + stochastic * e.sr_s_per_elem
                     + stochastic4 * e.sr4_s_per_elem
                     + stochastic16 * e.sr16_s_per_elem
-                    + amax * e.amax_s_per_elem,
+                    + amax * e.amax_s_per_elem
+                    + in_kernel_amax_tiles(numel, outs, sr_any) * e.amax_tile_s,
             ))
         }
         Some(other) => Err(Error::unknown(
@@ -239,6 +241,26 @@ fn emulated_quant_s(
             &["vendor", "fourcast-triton"],
         )),
     }
+}
+
+/// Strip-kernel tiles of a call whose formats have no tensor scale: those record their
+/// amax in-kernel, two atomics per tile on the same two words, which contend (training-h200
+/// run 9). The tile is kernels/strip.py's `strip_config`: rows = the column block or the
+/// column copy's RHT (at least 16), columns = 32 with SR (64 without) or the row copy's RHT.
+/// outs: the row copy first, then the column copy.
+fn in_kernel_amax_tiles(numel: f64, outs: &[QuantOut], sr: bool) -> f64 {
+    let single_level = !outs.is_empty()
+        && outs
+            .iter()
+            .all(|o| o.fmt.block > 0 && !o.fmt.scale.needs_tensor_amax());
+    if !single_level {
+        return 0.0;
+    }
+    let block = outs.iter().map(|o| o.fmt.block).max().unwrap_or(16);
+    let col_rht = outs.iter().skip(1).map(|o| o.rht).max().unwrap_or(0);
+    let rows = block.max(col_rht).max(16);
+    let cols = (if sr { 32 } else { 64 }).max(outs[0].rht);
+    numel / f64::from(rows * cols)
 }
 
 /// The cost of one op.
