@@ -11,7 +11,10 @@
 #   run 9:  RUN=run9 (the default CONFIGS)
 #   run 10: RUN=run10 CONFIGS="125m:32:1024:bf16,ue5m3,nvfp4,ue5m3+sr4,nvfp4+sr4,mxfp4+sr4
 #           350m:16:2048:bf16,ue5m3+sr4"
+#   run 13: RUN=run13 TIMELINE_STEP=21 STEPS=30 CONFIGS="125m:32:1024:bf16,bf16+eager,ue5m3+sr16,ue5m3+sr16+eager"
+#           (then 350m:16:2048:bf16,ue5m3+sr16,ue5m3+sr16+eager and the other recipes, README of run 13)
 # Env: RUN (folder name), STEPS, TIMELINE_STEP, RUN_TIMEOUT, CONFIGS (space-separated NAME:BATCH:SEQ:RECIPES).
+# Recipe suffixes: +sr4, +sr16 (SR stream), +eager (no CUDA graphs).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
