@@ -10,6 +10,8 @@ losses the uninterrupted run produced (on the same machine and thread count).
 
 Under torchrun (WORLD_SIZE set) the model is wrapped in DDP, or FSDP2 (`fully_shard`
 per block, then the root) with train.dist = "fsdp"; each rank draws its own batches.
+On one CUDA device a dense model's steps are captured in CUDA graphs and replayed
+(graphs.py, train.cuda_graph): the same kernels and seeds, so the same bits as eager steps.
 
     >>> from fourcast.train.config import RunConfig, DataConfig, TrainConfig  # doctest: +SKIP
     >>> cfg = RunConfig(recipe=fc.recipe("ue5m3").to_dict(), data=DataConfig(path="text.txt"),
