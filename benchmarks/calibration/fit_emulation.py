@@ -87,7 +87,7 @@ def quant_features(q: dict) -> list[float]:
     outs = q["outputs"]
     single = all(o["format"].get("block") and o["format"]["scale"] not in ("e4m3", "ue5m3", "fp32") for o in outs)
     tiles = 0.0
-    if single:
+    if single and q.get("refresh", 1) == 1:  # given, or recorded by nobody ("none"): no atomics
         block = max(o["format"]["block"] for o in outs)
         rows = max(block, 16, *(o["rht"] for o in outs[1:]))
         tiles = n / (rows * max(64 if strip else 32, outs[0]["rht"]))

@@ -495,7 +495,7 @@ class QLinear(nn.Linear):
             self.tensor_amax[plan["slot"]] = torch.as_tensor(packed.amax, device=self.tensor_amax.device)
             self._amax_valid[plan["slot"]] = True
 
-    def _trace_meta(self, t: torch.Tensor, plans: list[dict], fake: bool) -> dict:
+    def _trace_meta(self, t: torch.Tensor, plans: list[dict], fake: bool, rowcol: bool = False) -> dict:
         rows, cols = t.shape
         return dict(
             layer=self.layer_name,
@@ -507,7 +507,7 @@ class QLinear(nn.Linear):
             sr=any(p["rounding"] != "rtne" for p in plans),
             sr4=any(p["rounding"] == "sr4" for p in plans),
             sr16=any(p["rounding"] == "sr16" for p in plans),
-            amax="+".join("given" if p["tensor_amax"] is not None else "measured" for p in plans),
+            amax="+".join(_amax_label(p, rowcol) for p in plans),
             bytes_in=t.numel() * t.element_size(),
             fake=fake,
         )
@@ -552,7 +552,7 @@ class QLinear(nn.Linear):
             )
         tracer, meta = _TRACER, None
         if tracer is not None:
-            meta = self._trace_meta(t, [row, col], False)
+            meta = self._trace_meta(t, [row, col], False, rowcol=t.is_cuda)
             token = tracer.begin("quantize", meta)
         a, b = _ops().rowcol_operands(
             t,
@@ -567,6 +567,7 @@ class QLinear(nn.Linear):
             tensor_amax=row["tensor_amax"],
             tensor_amax_col=col["tensor_amax"],
             outputs=outputs or ("packed", "packed"),
+            measure_amax=False,  # only tensor scales use an amax: they still measure theirs
         )
         self._keep_amax(row, a, update)
         self._keep_amax(col, b, update)
@@ -579,6 +580,14 @@ class QLinear(nn.Linear):
         if not self._recipe_consts()["quantized"]:
             return F.linear(x, self.weight, self.bias)
         return _QLinearFn.apply(x, self.weight, self.bias, self, torch.is_grad_enabled())
+
+
+def _amax_label(plan: dict, rowcol: bool) -> str:
+    """The trace's account of one copy's tensor amax: "given" (a stored one), "measured", or
+    "none" (a CUDA row+col call for a format without a tensor scale: nothing records it)."""
+    if plan["tensor_amax"] is not None:
+        return "given"
+    return "measured" if has_tensor_scale(plan["fmt"]) or not rowcol else "none"
 
 
 def _signs_on(signs: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -152,7 +152,8 @@ def model_ops(prof: dict) -> list[tuple[str, dict, float]]:
             if not outputs:
                 continue
             numel = int(op["rows"]) * int(op["cols"])
-            amax_given = all(a == "given" for a in str(op.get("amax", "measured")).split("+"))
+            # "none": a format without a tensor scale whose call records no amax either
+            amax_given = all(a in ("given", "none") for a in str(op.get("amax", "measured")).split("+"))
             q = {"op": "quantize", "numel": numel, "outputs": outputs,
                  "src_bytes": float(op.get("bytes_in", 2 * numel)) / numel}
             if amax_given:

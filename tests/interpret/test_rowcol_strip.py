@@ -111,3 +111,22 @@ def test_transposing_rowcol_sr4_and_the_length_check(monkeypatch):
         qk.quantize(testing.make_input("heavy", (8, 30), torch.bfloat16, seed=6), f, rounding="sr4")
     with pytest.raises(ShapeError, match="sr16"):
         qk.quantize(testing.make_input("heavy", (8, 40), torch.bfloat16, seed=6), f, rounding="sr16")
+
+
+@pytest.mark.parametrize("name", ["mxfp4", "nvfp4", "mxfp8"])
+def test_strip_without_recording_the_amax(name):
+    """measure_amax=False (QLinear's row+col calls): the same codes, scales and decoded
+    values; a format without a tensor scale returns NaN for the amax it did not record, one
+    with a tensor scale still measures it."""
+    f = F[name]
+    spec = qk.parse_fmt(f)
+    x = testing.make_input("heavy", (32, 96), torch.bfloat16, seed=4, fmt=f)
+    kw = dict(write_codes=(True, False), write_xhat=(False, True), xhat_dtype=torch.bfloat16, unscaled=True)
+    a = qk.launch_rowcol(x, spec, "rtne", "sr", 3, 11, None, None, None, None, **kw)
+    b = qk.launch_rowcol(x, spec, "rtne", "sr", 3, 11, None, None, None, None, measure_amax=False, **kw)
+    assert torch.equal(a["codes"][0], b["codes"][0]) and torch.equal(a["scales"][0], b["scales"][0])
+    assert torch.equal(testing.bits(a["xhat"][1]), testing.bits(b["xhat"][1]))
+    if spec.two_level:
+        assert all(torch.equal(p, q) for p, q in zip(a["amax"], b["amax"]))
+    else:
+        assert all(float(q) != float(q) for q in b["amax"]) and all(float(p) > 0 for p in a["amax"])

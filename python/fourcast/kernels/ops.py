@@ -392,11 +392,13 @@ class Decoded(NamedTuple):
 
 def rowcol_operands(x: torch.Tensor, fmt, *, fmt_col=None, rounding: str = "rtne", rounding_col=None, seed: int = 0,
                     offset: int = 0, rht=None, rht_col=None, tensor_amax=None, tensor_amax_col=None,
-                    outputs=("decoded", "packed"), dtype: torch.dtype = torch.bfloat16):
+                    outputs=("decoded", "packed"), dtype: torch.dtype = torch.bfloat16, measure_amax: bool = True):
     """quantize_rowcol, with each copy returned as "packed" (a Packed) or "decoded" (a
     Decoded in `dtype`, what a GEMM consumes directly): the same codes and scales either
     way. On CUDA one Triton pass writes whichever outputs are asked for (the decoded
-    copies without a separate dequantize pass); elsewhere quantize_rowcol + dequantize."""
+    copies without a separate dequantize pass); elsewhere quantize_rowcol + dequantize.
+    measure_amax=False: on CUDA a format without a tensor scale skips recording its amax
+    (NaN comes back; the codes are the same); a format with one measures what it needs."""
     fmt_col = fmt if fmt_col is None else fmt_col
     rounding_col = rounding if rounding_col is None else rounding_col
     for o in outputs:
@@ -410,7 +412,8 @@ def rowcol_operands(x: torch.Tensor, fmt, *, fmt_col=None, rounding: str = "rtne
         dec = tuple(o == "decoded" for o in outputs)
         o = qk.launch_rowcol(x, spec, rounding, rounding_col, seed, offset, rht, rht_col,
                              _amax_arg(tensor_amax, x.device), _amax_arg(tensor_amax_col, x.device),
-                             write_codes=(not dec[0], not dec[1]), write_xhat=dec, xhat_dtype=dtype, unscaled=True)
+                             write_codes=(not dec[0], not dec[1]), write_xhat=dec, xhat_dtype=dtype, unscaled=True,
+                             measure_amax=measure_amax)
         shape = tuple(x.shape)
         out = []
         for i, axis, r in ((0, -1, rht), (1, 0, rht_col)):

@@ -629,12 +629,22 @@ def _make_constexprs(spec: Spec, rounding: str) -> dict:
 # empty uint8 tensor (nothing ever writes through either).
 _DUMMY_F32: dict[torch.device, torch.Tensor] = {}
 _EMPTY_U8: dict[torch.device, torch.Tensor] = {}
+_UNMEASURED: dict[torch.device, torch.Tensor] = {}
 
 
 def _dummy_f32(device) -> torch.Tensor:
     t = _DUMMY_F32.get(device)
     if t is None:
         t = _DUMMY_F32[device] = torch.ones(1, dtype=torch.float32, device=device)
+    return t
+
+
+def _unmeasured_amax(device) -> torch.Tensor:
+    """Two NaN amaxes (as int32 bits, like the measured ones) for calls that measure none:
+    a given amax is returned as given, a format without a tensor scale reads NaN."""
+    t = _UNMEASURED.get(device)
+    if t is None:
+        t = _UNMEASURED[device] = torch.full((2,), 0x7FC00000, dtype=torch.int32, device=device)
     return t
 
 
@@ -886,18 +896,21 @@ def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int
 
 
 def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, offset: int, rht_r, rht_c,
-                  amax_r, amax_c, *, write_codes, write_xhat, xhat_dtype=None, unscaled: bool = False):
+                  amax_r, amax_c, *, write_codes, write_xhat, xhat_dtype=None, unscaled: bool = False,
+                  measure_amax: bool = True):
     """Both copies of a 2-D x from one read per tile (after an amax pass if needed).
     write_codes / write_xhat: a bool for both copies or a (row, col) pair. unscaled:
     x_hat without the tensor scale (value * block scale, exact in bf16). The returned
-    amaxes are 0-d tensors: a given one as given (not copied), a measured one a view."""
+    amaxes are 0-d tensors: a given one as given (not copied), a measured one a view.
+    measure_amax=False: a format without a tensor scale does not record its amax (it
+    needs none; the kernel's atomics are skipped) and returns NaN for it. Same codes."""
     if x.dim() != 2:
         raise ValueError(f"quantize_rowcol needs a 2-D tensor, got shape {tuple(x.shape)}")
     R, C = x.shape
     dev = x.device
     needs = spec.two_level or spec.per_tensor
     fresh = needs and (amax_r is None or amax_c is None)
-    fuse = not needs and amax_r is None and amax_c is None
+    fuse = not needs and amax_r is None and amax_c is None and measure_amax
     plan = _rowcol_plan(spec, rounding_r, rounding_c, 0 if rht_r is None else rht_r[0], 0 if rht_c is None else rht_c[0],
                         R, C, (write_codes,) * 2 if isinstance(write_codes, bool) else tuple(write_codes),
                         (write_xhat,) * 2 if isinstance(write_xhat, bool) else tuple(write_xhat), unscaled, fresh, fuse)
@@ -924,7 +937,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     xhat_c = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[1] else x
     ts = torch.empty(2, dtype=torch.float32, device=dev)
     # The measured amaxes' bits (atomic max, so zeroed first), only where a pass measures them.
-    amax_bits = torch.zeros(2, dtype=torch.int32, device=dev) if fresh or fuse else _dummy_f32(dev).view(torch.int32)
+    amax_bits = torch.zeros(2, dtype=torch.int32, device=dev) if fresh or fuse else _unmeasured_amax(dev)
     measured = amax_bits.view(torch.float32)
     amax_in = tuple(measured[i] if a is None else torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(())
                     for i, a in enumerate((amax_r, amax_c)))

@@ -231,7 +231,11 @@ fn emulated_quant_s(
                     + stochastic4 * e.sr4_s_per_elem
                     + stochastic16 * e.sr16_s_per_elem
                     + amax * e.amax_s_per_elem
-                    + in_kernel_amax_tiles(numel, outs, sr_any) * e.amax_tile_s,
+                    + if refresh == 1 {
+                        in_kernel_amax_tiles(numel, outs, sr_any) * e.amax_tile_s
+                    } else {
+                        0.0 // the amax is given, or not recorded (QLinear's row+col calls)
+                    },
             ))
         }
         Some(other) => Err(Error::unknown(

@@ -579,7 +579,8 @@ fn h200_with(path: &str, value: &str) -> Hw {
 #[test]
 fn emulated_quantizer_prices_its_amax_pass_only_when_it_measures() {
     // One pass over the input when a two-level format measures its tensor amax (refresh 1);
-    // none when the amax is given (refresh > 1) or the format has no tensor scale (MX).
+    // none when the amax is given (refresh > 1) or the format has no tensor scale (MX: its
+    // amax is recorded in-kernel, priced per tile, 32 x 64 without SR).
     let h = h200_with("emulation.triton_quant_amax_ns_per_elem", "0.0007");
     let e = h.emulation.unwrap();
     assert!((e.amax_s_per_elem - 0.0007e-9).abs() < 1e-18);
@@ -590,7 +591,8 @@ fn emulated_quantizer_prices_its_amax_pass_only_when_it_measures() {
         op_time(&h, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
     };
     assert!((t("nvfp4", 1) - t("nvfp4", 10) - 1e7 * e.amax_s_per_elem).abs() <= 1e-12);
-    assert_eq!(t("mxfp4", 1), t("mxfp4", 10));
+    let in_kernel = 1e7 / 2048.0 * e.amax_tile_s;
+    assert!((t("mxfp4", 1) - t("mxfp4", 10) - in_kernel).abs() <= 1e-12);
 }
 
 #[test]
@@ -610,6 +612,13 @@ fn emulated_quantizer_prices_in_kernel_amax_atomics_per_strip_tile() {
             - op_time(&zero, &op).unwrap().detail["emulation_s"]
     };
     assert!((extra("mxfp4", true) - 1024.0 * 0.9e-9).abs() < 1e-15);
+    // An amax given, or recorded by nobody (the profile says "none"): no atomics.
+    let given = r#"{"op": "quantize", "numel": 1048576, "impl": "fourcast-triton", "refresh": 10, "outputs": [{"format": "mxfp4"}, {"format": "mxfp4", "sr": true}]}"#;
+    let given = parse_op(given).unwrap();
+    assert_eq!(
+        op_time(&h, &given).unwrap().detail["emulation_s"],
+        op_time(&zero, &given).unwrap().detail["emulation_s"]
+    );
     assert!((extra("mxfp4", false) - 512.0 * 0.9e-9).abs() < 1e-15);
     assert_eq!(extra("nvfp4", true), 0.0);
 }
