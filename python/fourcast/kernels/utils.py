@@ -335,14 +335,16 @@ def check_kernel_input(x: torch.Tensor, what: str = "x", dtypes=SUPPORTED_DTYPES
         raise KernelInputError(f"{what} is not contiguous (strides {tuple(x.stride())}); call .contiguous() first")
 
 
-def seed_arg(seed, device) -> tuple[Any, bool]:
+def seed_arg(seed, device, used: bool = True) -> tuple[Any, bool]:
     """(kernel argument, SEED_PTR) of an SR seed: a Python int is passed by value; a
     one-element int64 tensor on the kernel's device is read by the kernel (philox.load_seed),
-    so a captured CUDA graph replays with whatever seed that memory holds. Same bits."""
+    so a captured CUDA graph replays with whatever seed that memory holds. Same bits.
+    used=False (no copy rounds stochastically): 0 by value, so no kernel loads a seed it
+    does not need (and RTNE calls keep one compiled variant)."""
     if not isinstance(seed, torch.Tensor):
         return int(seed), False
     if seed.dtype != torch.int64 or seed.numel() != 1:
         raise KernelInputError(f"a seed tensor must hold one int64, got dtype {seed.dtype} and {seed.numel()} elements")
     if seed.device != torch.device(device):
         raise KernelInputError(f"the seed tensor is on {seed.device}, the data on {device}; keep them on one device")
-    return seed, True
+    return (seed, True) if used else (0, False)

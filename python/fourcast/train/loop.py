@@ -293,6 +293,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
         if device.type == "cuda" and rank == 0 else -1
     traced = None  # the timeline step's summary: GPU kernel time per profiled op
     params = list(model.parameters())
+    n_params = sum(p.numel() for p in params)
 
     def body(x, y):
         """One step's work on the device: forward, backward, clipping, AdamW."""
@@ -303,7 +304,7 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
             grad_norm = torch.nn.utils.clip_grad_norm_(params, t.grad_clip)
         else:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        with fcnn.trace_region("optimizer", params=sum(p.numel() for p in params)):
+        with fcnn.trace_region("optimizer", params=n_params):
             opt.step()
         return loss.detach(), grad_norm
 
