@@ -401,42 +401,47 @@ def gemm_epilogue():
 @section("Wgrad decode of the saved packed X")
 def decode_layout():
     """ops.decode_unscaled of a column-wise packed copy (QLinear's saved X, decoded for
-    Wgrad) at the 125M model's shapes: in its own layout (the route taken; rows 64 KiB
-    apart) at several tiles and program orders, against x's orientation (transposed
-    stores, the route before session 7); and a row-wise copy for scale. GB/s counts the
-    codes and scale bytes read and the bf16 written."""
+    Wgrad): at the 125M model's shapes and the 8192-token Llama layer's, the table decode
+    (qk.lut_decode_asm, the GEMM's PTX routine; session 10) against the generic one, both
+    at the default tile [8, 512] and two others. GB/s counts the codes and scale bytes
+    read and the bf16 written; the bits of the two decodes are compared in the same run."""
     from fourcast.kernels.utils import Packed
 
-    f = F["ue5m3"]
-    variants = ((8, 512, True), (16, 512, True), (8, 1024, True), (16, 256, True), (64, 128, False))
-    for shape in ((32768, 768), (32768, 2304)) if not SMOKE else ((64, 64),):
-        x = rand(shape)
-        p = ops.quantize(x, f, axis=0)
-        r, c = shape
-        unit = torch.ones((), device=DEV)
-        layout = Packed(p.codes, p.scales, unit, p.amax, p.fmt, (c, r), -1)
-        orig = Packed(p.codes, p.scales, unit, p.amax, p.fmt, (r, c), 0)
-        nbytes = r * c * (0.5 + 2) + p.scales.numel()
-        rows = [(f"layout {v}", layout, v) for v in variants]
-        rows += [(f"x orientation {v}", orig, v) for v in ((64, 128, False), (16, 256, True))]
-        rows.append(("layout default", layout, None))
-        for label, packed, v in rows:
-            if v is None:
-                qk.CONFIG_OVERRIDE.pop("dequant", None)
-            else:
-                qk.CONFIG_OVERRIDE["dequant"] = v
-            try:
-                t = ms(lambda packed=packed: qk.dequantize(packed, torch.bfloat16))
-            except Exception as exc:
-                RES["errors"].append(f"decode {label}: {exc!r}")
-                continue
-            row = dict(shape=f"{r}x{c}", variant=label, us=t * 1e3, gbps=nbytes / (t * 1e-3) / 1e9)
-            RES.setdefault("decode_layout", []).append(row)
-            log(row)
-        qk.CONFIG_OVERRIDE.pop("dequant", None)
-        want = ref.dequantize_layout(p)  # the layout decode's bits (unit tensor scale: p's own here)
-        got = qk.dequantize(Packed(p.codes, p.scales, p.tensor_scale, p.amax, p.fmt, (c, r), -1), torch.float32)
-        RES["checks"].append(dict(what=f"layout decode {r}x{c}", ok=bool(torch.equal(got, want.float()))))
+    shapes = ((32768, 768), (32768, 2304), (8192, 4096)) if not SMOKE else ((64, 64),)
+    for name in ("ue5m3", "mxfp4") if not SMOKE else ("ue5m3",):
+        for shape in shapes:
+            x = rand(shape)
+            p = ops.quantize(x, F[name], axis=0)
+            r, c = shape
+            unit = torch.ones((), device=DEV)
+            layout = Packed(p.codes, p.scales, unit, unit, p.fmt, (c, r), -1)
+            nbytes = r * c * (0.5 + 2) + p.scales.numel()
+            outs = {}
+            for lut in (True, False):
+                qk.LUT_DECODE = lut
+                for v in (None, (16, 512, True), (8, 1024, True)):
+                    if v is None:
+                        qk.CONFIG_OVERRIDE.pop("dequant", None)
+                    else:
+                        qk.CONFIG_OVERRIDE["dequant"] = v
+                    label = f"{'table' if lut else 'generic'} {v or 'default [8, 512]'}"
+                    try:
+                        fn = lambda: qk.dequantize(layout, torch.bfloat16, unscaled=True)  # noqa: E731
+                        outs.setdefault(lut, fn())
+                        t = ms(fn)
+                    except Exception as exc:
+                        RES["errors"].append(f"decode {name} {label}: {exc!r}")
+                        continue
+                    row = dict(fmt=name, shape=f"{r}x{c}", variant=label, us=t * 1e3,
+                               gbps=nbytes / (t * 1e-3) / 1e9, copy_frac=nbytes / (t * 1e-3) / 1e12 /
+                               RES["ceilings"].get("copy_tbps", float("nan")))
+                    RES.setdefault("decode_layout", []).append(row)
+                    log(row)
+            qk.LUT_DECODE = True
+            qk.CONFIG_OVERRIDE.pop("dequant", None)
+            if len(outs) == 2:
+                RES["checks"].append(dict(what=f"table decode == generic decode {name} {r}x{c}",
+                                          ok=testing.same_float(outs[True].float(), outs[False].float())))
 
 
 def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
@@ -576,12 +581,16 @@ def gemm_variants():
     NVFP4 x NVFP4-2D and MXFP4, then timed at 8192^3 and 8192x28672x4096."""
     bf = RES["ceilings"].get("bf16", {})
     cs = ((2048, 4096), (1024, 4096)) if not SMOKE else ((32, 64), (16, 64))
-    shapes = GEMM_SHAPES[:1] + [s for s in GEMM_SHAPES if s[1] == 28672] if not SMOKE else GEMM_SHAPES[:1]
+    chosen = [v for v in ARGS.variants.split(",") if v]
+    shapes = GEMM_SHAPES[:1] + [s for s in GEMM_SHAPES if s[1] == 28672] if not chosen else GEMM_SHAPES
+    shapes = shapes if not SMOKE else GEMM_SHAPES[:1]
     ops_ = {}
-    for fname in ("nvfp4", "mxfp4"):
+    for fname in ("nvfp4", "mxfp4") + (("ufp4",) if chosen else ()):
         for (m, n, k) in shapes:
             ops_[fname, (m, n, k)] = (qk.quantize(rand((m, k)), F[fname]), qk.quantize(rand((n, k)), F[fname]))
     for label, ov in gk.GEMM_VARIANTS:
+        if chosen and not any(label.startswith(c) for c in chosen):
+            continue
         if left() < 45:
             RES["errors"].append(f"gemm variant {label}: skipped (budget)")
             continue
@@ -801,19 +810,21 @@ def qlinear_graphed():
         return  # graphs need CUDA
     from fourcast import nn as fcnn
 
-    for (m, n, k) in LINEAR:
+    for sample, (m, n, k) in [(i, s) for i in range(ARGS.repeat) for s in LINEAR]:
         if left() < 60:
             break
         x, dy, base = linear_step(m, n, k)
-        t0 = ms(cuda_graphed(base), rep=50)
-        row = dict(shape=f"M{m} N{n} K{k}", bf16_ms=t0)
+        base_graph = cuda_graphed(base)
+        t0 = ms(base_graph, rep=50)
+        row = dict(shape=f"M{m} N{n} K{k}", bf16_ms=t0, sample=sample)
         t_eager = ms(base, rep=50)
         row["bf16 eager"] = dict(ms=t_eager, ratio=t_eager / t0)
         for name in GRAPHED_RECIPES:
             if left() < 40:
                 break
-            base, _, stream = name.partition("+")
-            recipe = fc.recipe(base).set("sr_stream", {"sr16": "x16", "sr4": "x4"}[stream]) if stream else fc.recipe(base)
+            preset, _, stream = name.partition("+")  # (not `base`: base_graph's closure must outlive it)
+            recipe = (fc.recipe(preset).set("sr_stream", {"sr16": "x16", "sr4": "x4"}[stream]) if stream
+                      else fc.recipe(preset))
             layer = fcnn.QLinear(k, n, bias=False, recipe=recipe, gemm_path="fused", device=DEV, dtype=torch.bfloat16)
             fcnn.StepSeeds(layer, DEV)
             fcnn.set_step(layer, 0)  # measures and stores the periodic tensor amaxes
@@ -821,7 +832,10 @@ def qlinear_graphed():
             step()
             fcnn.set_step(layer, 1)  # the steady state, captured
             t = ms(cuda_graphed(step), rep=50)
-            row[f"{name} fused"] = dict(ms=t, ratio=t / t0)
+            # The captured nn.Linear moves by up to 15% between calls (kernels-h200.md, session 10):
+            # each recipe also gets a baseline timed right after it, and the ratio to that one.
+            t_next = ms(base_graph, rep=50)
+            row[f"{name} fused"] = dict(ms=t, ratio=t / t0, bf16_next_ms=t_next, ratio_next=t / t_next)
             t = ms(step, rep=50)  # the same layer, launched from Python (against the graphed bf16)
             row[f"{name} fused eager"] = dict(ms=t, ratio=t / t0)
         RES.setdefault("qlinear_graphed", []).append(row)
@@ -897,6 +911,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
     ap.add_argument("--only", default="", help="comma-separated section names to run")
+    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed: samples of every shape, in turn")
+    ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "
+                    "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
     steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, gemm_epilogue,

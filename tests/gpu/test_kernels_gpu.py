@@ -108,6 +108,33 @@ def test_decode_unscaled_real_size(name):
         assert testing.same_float(got.float(), want.to(torch.bfloat16).float()), (name, axis)
 
 
+@pytest.mark.parametrize("name", ["nvfp4", "nvfp4-2d", "mxfp4", "ue5m3", "ufp4"])
+def test_table_decode_equals_generic_decode_on_every_byte(name, monkeypatch):
+    """The table decode of qk.dequantize(unscaled=True) (qk.lut_decode_asm: the GEMM's PTX
+    routine) against the generic decode and the reference, bit for bit, on every code byte
+    and every scale byte (NaN, zero, subnormal, the largest, and E4M3 bytes past 0x7F that
+    only foreign input has), rows of 2 x 512 + 32 elements (a partial tile)."""
+    from fourcast.kernels.utils import Packed
+
+    f = ref.parse_fmt(F[name])
+    m, k = 256, 1056
+    g = torch.Generator().manual_seed(5)
+    codes = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.uint8)
+    codes[0, :256] = torch.arange(256, dtype=torch.uint8)
+    shape = (m // 16, k // 16) if f.tile_2d else (m, k // f.block)
+    scales = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+    scales.view(-1)[:256] = torch.arange(256, dtype=torch.uint8)
+    unit = torch.ones((), device=DEV)
+    p = Packed(codes.to(DEV), scales.to(DEV), unit, unit, F[name], (m, k), -1)
+    assert qk.lut_decode_asm(f)
+    fast = qk.dequantize(p, torch.bfloat16, unscaled=True)
+    monkeypatch.setattr(qk, "LUT_DECODE", False)
+    generic = qk.dequantize(p, torch.bfloat16, unscaled=True)
+    assert testing.same_float(fast.float(), generic.float()), name
+    want = ref.dequantize_layout(Packed(p.codes, p.scales, unit, unit, p.fmt, (m, k), -1))
+    assert testing.same_float(fast.float(), want.to(torch.bfloat16).float()), name
+
+
 def test_ops_dispatch_cuda_to_triton():
     x = testing.make_input("heavy", (256, 512), torch.bfloat16, DEV, seed=6)
     p = ops.quantize(x, F["nvfp4"])
@@ -138,6 +165,34 @@ def test_gemm_bound(pair, impl):
             c = gk.gemm(a, b, out, impl=impl)  # fp8: FP8 tensor-core accumulation, looser (gemm.py)
             assert _within_bound(c, a, b, out, impl == "fp8"), (pair, impl, (m, n, k), out)
         assert gk.STATS["fp8_fallbacks"] == before  # heavy-tailed rows still fit E4M3 exactly
+
+
+WGMMA_PAIRS = [("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4"), ("mxfp4-rceil", "mxfp4"), ("ufp4", "ufp4"),
+               ("ue5m3", "ue5m3-2d")]
+
+
+@pytest.mark.parametrize("cfg", [None, (128, 128, 64, 8, 8, 3), (128, 128, 64, 8, 8, 4)])
+@pytest.mark.parametrize("pair", WGMMA_PAIRS)
+def test_gemm_wgmma_within_bound(pair, cfg, monkeypatch):
+    """The Gluon kernel (gemm_wgmma.py) runs for every LUT/CVT pair and meets the bound, on
+    shapes with partial tiles (M, N not multiples of 128) and K of 1, 3 and 64 steps."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
+    from fourcast.kernels import gemm_wgmma
+
+    launched = []
+    real = gemm_wgmma.launch
+    monkeypatch.setattr(gemm_wgmma, "launch", lambda *a, **k: (launched.append(1), real(*a, **k))[1])
+    monkeypatch.setattr(gk, "CONFIG_OVERRIDE", {"kernel": "wgmma", **({"cfg": cfg} if cfg else {})})
+    for (m, n, k) in [(1008, 208, 128), (304, 528, 192), (1024, 768, 4096)]:  # 2D tiles: multiples of 16
+        if cfg is None and k % 128:
+            continue  # (the default takes BK 64 there; the cfg cases cover it)
+        a = ref.quantize(testing.make_input("heavy", (m, k), torch.bfloat16, DEV, seed=7), F[pair[0]])
+        b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
+        for out in (torch.bfloat16, torch.float32):
+            c = gk.gemm(a, b, out, impl="triton")
+            assert _within_bound(c, a, b, out), (pair, cfg, (m, n, k), out)
+    assert launched
 
 
 def _mx_with_wide_row(m, k, seed):

@@ -243,6 +243,28 @@ def test_unscaled_decode_is_value_times_block_scale(name):
         assert dec.values.shape == x.shape and dec.tensor_scale is p.tensor_scale
 
 
+@pytest.mark.parametrize("name", ["nvfp4", "nvfp4-2d", "mxfp4", "ue5m3", "ufp4"])
+def test_dequantize_every_code_and_scale_byte_as_reference(name):
+    """Every code byte and every scale byte, NaN bytes and (E4M3) bytes past 0x7F that only
+    foreign input has: a negative scale, as reference.decode_scale reads it (the kernel read
+    them unsigned until session 10)."""
+    from fourcast.kernels.utils import Packed
+
+    f = ref.parse_fmt(F[name])
+    m, k = 32, 1056
+    g = torch.Generator().manual_seed(5)
+    codes = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.uint8)
+    codes[0, :256] = torch.arange(256, dtype=torch.uint8)
+    scales = torch.randint(0, 256, (m // 16, k // 16) if f.tile_2d else (m, k // f.block), generator=g,
+                           dtype=torch.uint8)
+    scales.view(-1)[:min(256, scales.numel())] = torch.arange(min(256, scales.numel()), dtype=torch.uint8)
+    unit = torch.ones(())
+    p = Packed(codes, scales, unit, unit, F[name], (m, k), -1)
+    want = ref.dequantize_layout(p)
+    assert testing.same_float(qk.dequantize(p, torch.float32, unscaled=True), want), name
+    assert testing.same_float(qk.dequantize(p, torch.bfloat16, unscaled=True).float(), want.to(torch.bfloat16).float())
+
+
 @pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4"), ("ue5m3", "ufp4"), ("fp8", "mxfp8-e5m2")])
 def test_gemm_dequant_is_the_f32_product_of_unscaled_operands(pair):
     a = ref.quantize(testing.make_input("heavy", (32, 64), seed=1), F[pair[0]])

@@ -19,7 +19,10 @@ Three implementations (`impl`); "triton" and "dequant" within that bound, "fp8" 
 - "triton": the kernel above, as the split-nibble kernel (KERNEL; the section "the
   split-nibble kernel" below: low and high nibbles as two MMAs, decoded by PTX table
   lookups, two CTAs per SM so one's decode runs under the other's wgmma) or the original
-  interleaved one ("v1", also the route for K not a multiple of 32).
+  interleaved one ("v1", also the route for K not a multiple of 32). KERNEL "wgmma" runs
+  gemm_wgmma.py instead where it applies (Hopper, LUT/CVT formats): the same decode into a
+  shared-memory ring with asynchronous wgmma. Measured slower (37-44% of cuBLAS BF16
+  against the split kernel's 50-56%, kernels-h200.md session 10), so not the default.
 - "dequant": each operand dequantized once to bf16 without its tensor scale (exact, as
   above), then `scaled_mm`: one cuBLASLt bf16 GEMM with the epilogue's alpha as a device
   scalar, straight to out_dtype (kernels/cublaslt.py); without cuBLASLt, a cuBLAS GEMM
@@ -60,7 +63,7 @@ import triton.language as tl
 
 from fourcast.errors import ShapeError
 from fourcast.kernels import cublaslt, launcher
-from fourcast.kernels.quantize import SCALE_KIND, _cast_out, _cdiv, _decode, _pow2
+from fourcast.kernels.quantize import SCALE_KIND, _cast_out, _cdiv, _decode, _pow2, _scale_f32
 from fourcast.kernels.reference import grid_values
 from fourcast.kernels.quantize import dequantize as _dequantize
 from fourcast.kernels.utils import (
@@ -370,13 +373,7 @@ def _scale_values(sb, SCALE: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.con
     2^-127), E4M3 and UE5M3 line up with bf16 at 2^-120 and 2^-112."""
     b = sb.to(tl.int32)
     if GENERIC:
-        if SCALE == 1:
-            sv = _pow2(b - 127)
-        elif SCALE == 2:
-            sv = _decode(b, S_EMIN, S_MBITS, False, False, 8, 1)
-        else:
-            sv = _decode(b, S_EMIN, S_MBITS, False, False, 9, 0)
-        return tl.where(b == NANB, float("nan"), sv)
+        return _scale_f32(b, SCALE, S_EMIN, S_MBITS, NANB)
     elif DOT_F16:
         return sb.to(tl.float8e4nv, bitcast=True).to(tl.float16)
     elif SCALE == 1:
@@ -487,8 +484,9 @@ def _split_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 
 # Kernel and decode variants, for benchmarks/kernels.py to time old against new in one run
 # (CONFIG_OVERRIDE["kernel"] / ["decode"] override these per call):
-# KERNEL "split" (above) or "v1" (_gemm_kernel: interleaved nibbles decoded to f32);
-# DECODE "lut" | "cvt" | "generic" (split_plan).
+# KERNEL "wgmma" (gemm_wgmma.py: the split kernel's decode into a shared-memory ring, async
+# wgmma, Hopper only, LUT/CVT formats; elsewhere "split" runs), "split" (above) or "v1"
+# (_gemm_kernel: interleaved nibbles decoded to f32); DECODE "lut" | "cvt" | "generic" (split_plan).
 KERNEL = "split"
 DECODE = "cvt"  # CVT where both operands allow it (then BK 128), LUT otherwise: gemm_config
 
@@ -506,6 +504,13 @@ GEMM_VARIANTS = [
     ("split cvt 128x128x128 w8 s3", dict(kernel="split", decode="cvt", cfg=(128, 128, 128, 8, 8, 3))),
     ("split default (cvt + BK 128 where both operands allow it)", dict(kernel="split")),
     ("split lut 128x256x64 w8 s3 (1 CTA/SM)", dict(kernel="split", decode="lut", cfg=(128, 256, 64, 8, 8, 3))),
+    ("wgmma 128x128x128 w8 ring 3", dict(kernel="wgmma", cfg=(128, 128, 128, 8, 8, 3))),
+    ("wgmma 128x128x64 w8 ring 3", dict(kernel="wgmma", cfg=(128, 128, 64, 8, 8, 3))),
+    ("wgmma 128x128x64 w8 ring 3, 128 registers (2 CTAs/SM)", dict(kernel="wgmma", cfg=(128, 128, 64, 8, 8, 3),
+                                                                   maxnreg=128)),
+    ("wgmma 128x128x64 w8 ring 4", dict(kernel="wgmma", cfg=(128, 128, 64, 8, 8, 4))),
+    ("wgmma 256x128x64 w16 ring 3", dict(kernel="wgmma", cfg=(256, 128, 64, 8, 16, 3))),
+    ("wgmma 128x256x64 w8 ring 3", dict(kernel="wgmma", cfg=(128, 256, 64, 8, 8, 3))),
 ]
 
 
@@ -593,9 +598,39 @@ def gemm(a: Packed, b: Packed, out_dtype=torch.bfloat16, impl: str = "auto") -> 
     return _gemm_triton(a, b, m, n, k, out_dtype)
 
 
+def _wgmma_ok(a: Packed, b: Packed, k: int) -> bool:
+    """gemm_wgmma applies: a Hopper GPU (wgmma is sm_90 only), Gluon importable, both
+    operands on the LUT/CVT decode with blocks of 16 elements or more, K a multiple of 64."""
+    if interpreting() or not a.codes.is_cuda:
+        return False
+    dev = a.codes.device
+    if _capability(dev.index if dev.index is not None else torch.cuda.current_device())[0] != 9:
+        return False
+    if _gluon() is None:
+        return False
+    return all(_lut_ok(p.spec) and (p.spec.tile_2d or p.spec.block % 16 == 0) for p in (a, b)) and k % 64 == 0
+
+
+@functools.lru_cache(maxsize=None)
+def _gluon():
+    """The gemm_wgmma module, or None where this Triton has no Gluon for Hopper."""
+    try:
+        from fourcast.kernels import gemm_wgmma
+    except ImportError:
+        return None
+    return gemm_wgmma
+
+
 def _gemm_triton(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> torch.Tensor:
     blocks = [max(p.spec.block, 1) if not p.spec.tile_2d else 16 for p in (a, b)]
     kernel = CONFIG_OVERRIDE.get("kernel") or KERNEL
+    if kernel == "wgmma":
+        if _wgmma_ok(a, b, k):
+            c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
+            _gluon().launch(a, b, c, m, n, k, split_plan(a.spec, b.spec), CONFIG_OVERRIDE.get("cfg"),
+                            CONFIG_OVERRIDE.get("maxnreg"))
+            return c
+        kernel = "split"
     wide = max(a.spec.grid.bits, b.spec.grid.bits) == 8
     plan = split_plan(a.spec, b.spec)
     cvt = plan["A_DEC"] == 2 and plan["B_DEC"] == 2

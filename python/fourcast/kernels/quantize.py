@@ -169,10 +169,10 @@ def _block_max(t, BM: tl.constexpr, BK: tl.constexpr, B: tl.constexpr, TILE2D: t
 
 
 @triton.jit
-def _expand(s, BM: tl.constexpr, BK: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr):
-    """Per-block values back to [BM, BK]."""
+def _expand(s, BM: tl.constexpr, BK: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr, TILE_K: tl.constexpr = 16):
+    """Per-block values back to [BM, BK] (16 x TILE_K tiles for TILE2D)."""
     if TILE2D:
-        s4 = tl.broadcast_to(tl.reshape(s, (BM // 16, 1, BK // 16, 1)), (BM // 16, 16, BK // 16, 16))
+        s4 = tl.broadcast_to(tl.reshape(s, (BM // 16, 1, BK // TILE_K, 1)), (BM // 16, 16, BK // TILE_K, TILE_K))
         return tl.reshape(s4, (BM, BK))
     else:
         return tl.reshape(tl.broadcast_to(tl.reshape(s, (BM, BK // B, 1)), (BM, BK // B, B)), (BM, BK))
@@ -502,12 +502,17 @@ def _dequantize_kernel(CODES, SCALES, TS, OUT, M, K, s_m, s_k,
                        BITS: tl.constexpr, FP8: tl.constexpr, SCALE: tl.constexpr, B: tl.constexpr,
                        TILE2D: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, NANB: tl.constexpr,
                        RNE_BF16: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, K_FAST: tl.constexpr,
-                       UNSCALED: tl.constexpr):
+                       UNSCALED: tl.constexpr, ASM: tl.constexpr):
     """x_hat = value(code) * f32(scale) / tensor_scale (reference.dequantize_layout),
     written to OUT through strides (s_m, s_k) (the original orientation). K_FAST:
     neighbouring programs take neighbouring column tiles (dequant_config). Scale bytes
     are loaded and decoded once per block, then broadcast. UNSCALED: TS is 1 (value *
-    block scale, what a GEMM consumes): the division, exact then, is skipped."""
+    block scale, what a GEMM consumes): the division, exact then, is skipped.
+    ASM (not ""): the GEMM's PTX table decode (gemm.decode_asm, bf16) for a 4-bit
+    sign-magnitude grid decoded unscaled to bf16: four code bytes -> eight values times
+    their block scales in a dozen instructions, where the generic decode takes ~27 SASS
+    per element (kernels-h200.md, session 7). The same bits: value * scale is exact in
+    bf16 (gemm.py), and the scale is the generic decode's, converted exactly to bf16."""
     if K_FAST:
         pid_m, pid_k = tl.program_id(1), tl.program_id(0)
     else:
@@ -515,6 +520,10 @@ def _dequantize_kernel(CODES, SCALES, TS, OUT, M, K, s_m, s_k,
     m = pid_m * BM + tl.arange(0, BM)[:, None]
     k = pid_k * BK + tl.arange(0, BK)[None, :]
     inb = (m < M) & (k < K)
+    if ASM != "":
+        _dequantize_lut(CODES, SCALES, OUT, M, K, m, k, inb, pid_m, pid_k, s_m, s_k, S_EMIN, S_MBITS, SCALE, B,
+                        TILE2D, NANB, BM, BK, ASM)
+        return
     if BITS == 4:
         k2 = pid_k * (BK // 2) + tl.arange(0, BK // 2)[None, :]
         byte = tl.load(CODES + m * (K // 2) + k2, mask=(m < M) & (k2 < K // 2), other=0).to(tl.int32)
@@ -530,15 +539,48 @@ def _dequantize_kernel(CODES, SCALES, TS, OUT, M, K, s_m, s_k,
         else:  # one byte per block of B along the row: [BM, BK / B]
             kb = pid_k * (BK // B) + tl.arange(0, BK // B)[None, :]
             sb = tl.load(SCALES + m * (K // B) + kb, mask=(m < M) & (kb < K // B), other=0)
-        sb = sb.to(tl.int32)
-        if SCALE == 1:
-            sv = _pow2(sb - 127)
-        else:
-            sv = _decode(sb, S_EMIN, S_MBITS, False, False, 9, 0)
-        v = v * _expand(tl.where(sb == NANB, float("nan"), sv), BM, BK, B, TILE2D)
+        v = v * _expand(_scale_f32(sb, SCALE, S_EMIN, S_MBITS, NANB), BM, BK, B, TILE2D)
     if not UNSCALED:
         v = tl.math.div_rn(v, tl.broadcast_to(tl.load(TS), v.shape))
     tl.store(OUT + m * s_m + k * s_k, _cast_out(v, OUT, RNE_BF16), mask=inb)
+
+
+@triton.jit
+def _scale_f32(sb, SCALE: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, NANB: tl.constexpr):
+    """Scale bytes -> f32 as reference.decode_scale: UE8M0 2^(b - 127), E4M3 with its sign
+    bit (a byte past 0x7F, which only foreign input has, is a negative scale), UE5M3
+    unsigned; the NaN byte NaN."""
+    b = sb.to(tl.int32)
+    if SCALE == 1:
+        sv = _pow2(b - 127)
+    elif SCALE == 2:
+        sv = _decode(b, S_EMIN, S_MBITS, False, False, 8, 1)
+    else:
+        sv = _decode(b, S_EMIN, S_MBITS, False, False, 9, 0)
+    return tl.where(b == NANB, float("nan"), sv)
+
+
+@triton.jit
+def _dequantize_lut(CODES, SCALES, OUT, M, K, m, k, inb, pid_m, pid_k, s_m, s_k, S_EMIN: tl.constexpr,
+                    S_MBITS: tl.constexpr, SCALE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
+                    NANB: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, ASM: tl.constexpr):
+    """_dequantize_kernel's table decode (its ASM): code bytes [BM, BK / 2] -> the low- and
+    high-nibble values times their block scales (bf16), interleaved back into [BM, BK]."""
+    k2 = pid_k * (BK // 2) + tl.arange(0, BK // 2)[None, :]
+    byte = tl.load(CODES + m * (K // 2) + k2, mask=(m < M) & (k2 < K // 2), other=0)
+    if TILE2D:  # one byte per 16 x 16 tile: [BM / 16, BK / 16]
+        mt = pid_m * (BM // 16) + tl.arange(0, BM // 16)[:, None]
+        kt = pid_k * (BK // 16) + tl.arange(0, BK // 16)[None, :]
+        sb = tl.load(SCALES + mt * (K // 16) + kt, mask=(mt < (M + 15) // 16) & (kt < K // 16), other=0)
+    else:
+        kb = pid_k * (BK // B) + tl.arange(0, BK // B)[None, :]
+        sb = tl.load(SCALES + m * (K // B) + kb, mask=(m < M) & (kb < K // B), other=0)
+    sv = _scale_f32(sb, SCALE, S_EMIN, S_MBITS, NANB).to(tl.bfloat16)  # exact: <= 4 significant bits
+    # per-block scales over the code bytes: a block of B elements is B / 2 bytes
+    s = _expand(sv, BM, BK // 2, B // 2, TILE2D, 8)
+    lo, hi = tl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [byte, s], dtype=(tl.bfloat16, tl.bfloat16),
+                                       is_pure=True, pack=4)
+    tl.store(OUT + m * s_m + k * s_k, tl.reshape(tl.join(lo, hi), (BM, BK)), mask=inb)
 
 
 @triton.jit
@@ -783,9 +825,25 @@ def dequantize(p: Packed, dtype=torch.bfloat16, *, unscaled: bool = False) -> to
     scales = p.scales if p.scales.numel() else p.codes
     ts = p.tensor_scale.to(torch.float32).reshape(1)
     grid = (_cdiv(k, bk), _cdiv(m, bm)) if k_fast else (_cdiv(m, bm), _cdiv(k, bk))
+    asm = lut_decode_asm(spec) if unscaled and dtype == torch.bfloat16 and s_k == 1 and not interp else ""
     launcher.run(_dequantize_kernel, grid, (p.codes, scales, ts, out, m, k, s_m, s_k),
-                 dict(_dequant_constexprs(spec), RNE_BF16=interp, BM=bm, BK=bk, K_FAST=k_fast, UNSCALED=unscaled))
+                 dict(_dequant_constexprs(spec), RNE_BF16=interp, BM=bm, BK=bk, K_FAST=k_fast, UNSCALED=unscaled,
+                      ASM=asm))
     return out
+
+
+LUT_DECODE = True  # the table decode where it applies (lut_decode_asm); False: the generic one
+
+
+def lut_decode_asm(spec: Spec) -> str:
+    """The PTX table decode of _dequantize_kernel for `spec` (4-bit sign-magnitude grid,
+    block scales), or "" where it does not apply. Not under the interpreter: PTX (the
+    routine is checked bit for bit offline, tests/interpret/test_gemm_split.py)."""
+    from fourcast.kernels import gemm  # gemm imports this module
+
+    if not LUT_DECODE or not gemm._lut_ok(spec):
+        return ""
+    return gemm.decode_asm(spec.element, 1, False)
 
 
 def dequant_config(rows_out: bool, tile_2d: bool, interp: bool) -> tuple[int, int, bool]:
@@ -795,7 +853,11 @@ def dequant_config(rows_out: bool, tile_2d: bool, interp: bool) -> tuple[int, in
     kernel before per-block scale loads), decoding the 125M model's saved X in its
     layout (768 x 32768): [8, 512] 83 us, [16, 256] 101, [32, 256] 186, [64, 128] 170
     either program order; in x's orientation (transposed stores) [64, 128] 135 (the
-    route of runs 1-10), [16, 256] with K_FAST 89. Transposed output keeps [64, 128]."""
+    route of runs 1-10), [16, 256] with K_FAST 89. Transposed output keeps [64, 128].
+    Session 10, unscaled to bf16 (QLinear's Wgrad operand) with the table decode
+    (lut_decode_asm): [8, 512] 21 / 52.5 / 25.7 us for ue5m3 at 32768 x 768 / 32768 x 2304 /
+    8192 x 4096 (73-88% of copy bandwidth), against 33 / 88 / 42 us for the generic
+    decode; [16, 512] and [8, 1024] within noise of [8, 512] but for one sample each."""
     if "dequant" in CONFIG_OVERRIDE:
         return CONFIG_OVERRIDE["dequant"]
     if interp:

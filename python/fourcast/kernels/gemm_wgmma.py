@@ -1,0 +1,220 @@
+"""The packed GEMM as a pipelined Gluon kernel for Hopper: the decode runs under the wgmma.
+
+gemm.py's split kernel decodes a K-step in registers and hands tl.dot a register operand;
+Triton issues that wgmma and waits for it, so one CTA's decode and its MMAs take turns
+(two CTAs per SM overlap them at best: 40-51% of cuBLAS BF16, kernels-h200.md session 3).
+Gluon (Triton's explicit-layout dialect) lets the kernel order it itself:
+
+    for each K-step i:
+        decode step i's code bytes (loaded a step ahead) into shared-memory ring slot i % 3
+        fence the async proxy; CTA barrier
+        issue step i's two wgmmas (low nibbles, high nibbles) asynchronously
+        wait until only those two are in flight (step i - 1's are done)
+
+so the warps decode step i + 1 while the tensor cores run step i. Three slots: a warpgroup
+may store into slot i % 3 once every warpgroup has finished step i - 3, which the barrier
+of step i - 1 guarantees (each warpgroup waits for its own wgmmas only).
+
+The decode is gemm.py's: the same PTX routines (`decode_asm`: four code bytes and their
+scales -> the low- and high-nibble values as f16/bf16 pairs), the same split of K into
+low and high nibbles, the same MMA type rule (`split_plan`) and epilogue
+(C = acc * 2^EPI_EXP * alpha, alpha = (1 / ts_a) / ts_b, each step rounded in FP32), so
+the result is the split kernel's up to the order of FP32 accumulation (tests/gpu).
+It covers what the LUT/CVT decode covers: 4-bit sign-magnitude grids (E2M1, E1M2) with
+block scales (E4M3, UE5M3, UE8M0; 1-D blocks of 16 or 32, or 16 x 16 tiles). The code
+bytes of a thread are 8 consecutive bytes of one row, so they share one scale byte,
+which is loaded and converted once (a [rows, groups] tensor broadcast over the 8).
+
+Gluon kernels compile for a GPU only: no interpreter. gemm.py routes to this kernel on
+sm_90+ where it applies (`applies`); the CPU tiers test the routing, tests/gpu the bits.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+from fourcast.errors import ShapeError
+from fourcast.kernels.quantize import SCALE_KIND
+
+# Triton 3.6 names the CTA barrier thread_barrier; later releases barrier.
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+BYTES_PER_THREAD = gl.constexpr(8)  # code bytes a thread decodes per row and step: one scale byte covers them
+
+
+@gluon.jit
+def _tile_ids(M, N, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
+    """(pid_m, pid_n), GROUP_M row tiles at a time (as gemm._tile_ids)."""
+    pid = gl.program_id(0)
+    num_m = (M + BM - 1) // BM
+    num_n = (N + BN - 1) // BN
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = gl.minimum(num_m - first_m, GROUP_M)
+    return first_m + (pid % group) % size_m, (pid % group) // size_m
+
+
+@gluon.jit
+def _scale_values(sb, SCALE: gl.constexpr, DOT_F16: gl.constexpr):
+    """Scale bytes -> their values in the MMA's 16-bit type, from the bits (gemm._scale_values'
+    non-generic branches): E4M3 -> f16 in hardware; for bf16, UE8M0 2^(b - 127) is b << 7
+    (byte 0 the subnormal 2^-127), E4M3 and UE5M3 line up with bf16 at 2^-120 and 2^-112."""
+    b = sb.to(gl.int32)
+    if DOT_F16:
+        return sb.to(gl.float8e4nv, bitcast=True).to(gl.float16)
+    elif SCALE == 1:
+        bits = gl.where(b == 0, 0x40, gl.where(b == 255, 0x7FC0, b << 7))
+        return bits.to(gl.uint16).to(gl.bfloat16, bitcast=True)
+    elif SCALE == 2:
+        bits = ((b & 0x7F) << 4) | ((b & 0x80) << 8)
+        sv = bits.to(gl.uint16).to(gl.bfloat16, bitcast=True) * 2.0**120
+        return gl.where((b & 0x7F) == 0x7F, float("nan"), sv)
+    else:
+        sv = (b << 4).to(gl.uint16).to(gl.bfloat16, bitcast=True) * 2.0**112
+        return gl.where(b == 255, float("nan"), sv)
+
+
+@gluon.jit
+def _load_step(CODES, SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.constexpr, L3: gl.constexpr):
+    """One K-step's code bytes [R, G, 8] and scale bytes [R, G] (G groups of 8 bytes) at
+    element k0, for in-bounds rows (the caller clamps them). rows [R, 1] and groups [1, G]
+    in SliceLayout(2, L3): the scale pointers are built in 2-D, where each thread holds a
+    byte once (in L3 a [R, G, 1] tensor is held 8 times over, and would load 8 times)."""
+    byte = gl.arange(0, BYTES_PER_THREAD, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
+    byte3 = gl.expand_dims(gl.expand_dims(byte, 0), 1)
+    base = gl.expand_dims(rows * (K // 2) + k0 // 2 + groups * BYTES_PER_THREAD, 2)
+    codes = gl.load(CODES + base + byte3)
+    blk: gl.constexpr = 16 if TILE2D else B
+    srow = rows // 16 if TILE2D else rows
+    # group g holds elements k0 + 16 g .. k0 + 16 g + 15: block (k0 + 16 g) // blk
+    return codes, gl.load(SCALES + srow * (K // blk) + (k0 + groups * (2 * BYTES_PER_THREAD)) // blk)
+
+
+@gluon.jit
+def _decode_store(codes, sbytes, lo_slot, hi_slot, SCALE: gl.constexpr, DOT_F16: gl.constexpr,
+                  ASM: gl.constexpr, R: gl.constexpr, BKH: gl.constexpr):
+    """Decode a step's bytes and store the low- and high-nibble values into their slots."""
+    s = gl.broadcast(gl.expand_dims(_scale_values(sbytes, SCALE, DOT_F16), 2), codes)[0]
+    lo, hi = gl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [codes, s], dtype=(s.dtype, s.dtype),
+                                       is_pure=True, pack=4)
+    lo_slot.store(gl.reshape(lo, [R, BKH]))
+    hi_slot.store(gl.reshape(hi, [R, BKH]))
+
+
+@gluon.jit
+def _wgmma_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
+                  A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
+                  B_SCALE: gl.constexpr, B_B: gl.constexpr, B_TILE2D: gl.constexpr, B_ASM: gl.constexpr,
+                  DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                  BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, INSTR_N: gl.constexpr,
+                  num_warps: gl.constexpr):
+    BKH: gl.constexpr = BK // 2
+    G: gl.constexpr = BKH // BYTES_PER_THREAD
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, BYTES_PER_THREAD], [32 // G, G, 1], [num_warps, 1, 1], [2, 1, 0])
+    VT: gl.constexpr = gl.float16 if DOT_F16 else gl.bfloat16
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, INSTR_N, 16])
+    a_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BKH], VT)
+    b_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BKH], VT)
+    a_lo = gl.allocate_shared_memory(VT, [STAGES, BM, BKH], a_sl)
+    a_hi = gl.allocate_shared_memory(VT, [STAGES, BM, BKH], a_sl)
+    b_lo = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
+    b_hi = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
+
+    pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
+    ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    GROUPS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, L3))
+    groups = gl.expand_dims(gl.arange(0, G, layout=GROUPS), 0)
+    # Rows past M / N read row M - 1 / N - 1 (no masks in the loop); their results are not stored.
+    rm = gl.expand_dims(gl.minimum(pid_m * BM + gl.arange(0, BM, layout=ROWS), M - 1), 1)
+    rn = gl.expand_dims(gl.minimum(pid_n * BN + gl.arange(0, BN, layout=ROWS), N - 1), 1)
+
+    acc = gl.zeros((BM, BN), gl.float32, layout=MMA)
+    # A wait with nothing in flight ends the stage that the zeros' movs belong to: without it
+    # ptxas serialises every wgmma of the loop ("non wgmma instructions defining accumulator
+    # registers ... between start and end of the pipeline stage", C7515; Triton 3.6's ptxas).
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    ca, sa = _load_step(A_CODES, A_SCALES, rm, groups, 0, K, A_B, A_TILE2D, L3)
+    cb, sb = _load_step(B_CODES, B_SCALES, rn, groups, 0, K, B_B, B_TILE2D, L3)
+    steps = K // BK
+    for i in range(steps):
+        slot = i % STAGES
+        k_next = gl.where(i + 1 < steps, (i + 1) * BK, 0)  # the last step fetches step 0 again, unused
+        ca_next, sa_next = _load_step(A_CODES, A_SCALES, rm, groups, k_next, K, A_B, A_TILE2D, L3)
+        cb_next, sb_next = _load_step(B_CODES, B_SCALES, rn, groups, k_next, K, B_B, B_TILE2D, L3)
+        _decode_store(ca, sa, a_lo.index(slot), a_hi.index(slot), A_SCALE, DOT_F16, A_ASM, BM, BKH)
+        _decode_store(cb, sb, b_lo.index(slot), b_hi.index(slot), B_SCALE, DOT_F16, B_ASM, BN, BKH)
+        fence_async_shared()
+        _cta_barrier()
+        acc = warpgroup_mma(a_lo.index(slot), b_lo.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a_hi.index(slot), b_hi.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc, ))
+        ca, sa, cb, sb = ca_next, sa_next, cb_next, sb_next
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+
+    if EPI_EXP:
+        acc = acc * 2.0**EPI_EXP  # exact: the CVT operands' 2^-6
+    ts_a = gl.load(A_TS)
+    alpha = gl.div_rn(gl.div_rn(ts_a * 0.0 + 1.0, ts_a), gl.load(B_TS))
+    cm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
+    cn = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
+    cm2 = gl.expand_dims(cm, 1)
+    cn2 = gl.expand_dims(cn, 0)
+    out = (acc * alpha).to(C.dtype.element_ty)
+    gl.store(C + cm2 * N + cn2, out, mask=(cm2 < M) & (cn2 < N))
+
+
+def config(m: int, n: int, k: int) -> tuple:
+    """(BM, BN, BK, GROUP_M, warps, STAGES): 128 x 128 tiles, 8 warps (two warpgroups of 64
+    rows), a 3-slot ring; BK 128 where K allows it, else 64."""
+    bk = 128 if k % 128 == 0 else 64
+    return 128, 128, bk, 8, 8, 3
+
+
+def launch(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
+           maxnreg: int | None = None) -> None:
+    """C = A . B^T into c (bf16 or f32), a and b Packed, `plan` gemm.split_plan's; cfg
+    (BM, BN, BK, GROUP_M, warps, STAGES) and maxnreg override the defaults."""
+    bm, bn, bk, group, warps, stages = cfg or config(m, n, k)
+    if k % bk:
+        raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
+    options = {"maxnreg": maxnreg} if maxnreg else {}
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    _wgmma_kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
+                        b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan),
+                        BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages, INSTR_N=min(bn, 256), num_warps=warps,
+                        **options)
+
+
+def constants(a_spec, b_spec, plan: dict) -> dict:
+    """The kernel's per-format constexprs."""
+    consts = {"DOT_F16": plan["DOT_F16"], "EPI_EXP": plan["EPI_EXP"]}
+    for pre, spec in (("A_", a_spec), ("B_", b_spec)):
+        consts[pre + "SCALE"] = SCALE_KIND[spec.scale]
+        consts[pre + "B"] = max(spec.block, 1)
+        consts[pre + "TILE2D"] = spec.tile_2d
+        consts[pre + "ASM"] = plan[pre + "ASM"]
+    return consts
+
+
+def compile_sm90(a_spec, b_spec, plan: dict, cfg: tuple, out: str = "*bf16"):
+    """Compile the kernel for sm_90a without a GPU (Triton's bundled ptxas): what the CPU
+    tier checks (it compiles, wgmma runs asynchronously, nothing spills) and what
+    benchmarks/gemm_sass.py counts."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    bm, bn, bk, group, warps, stages = cfg
+    consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
+                  INSTR_N=min(bn, 256), num_warps=warps)
+    ptrs = dict(A_CODES="*u8", A_SCALES="*u8", A_TS="*fp32", B_CODES="*u8", B_SCALES="*u8", B_TS="*fp32", C=out)
+    sig = dict(ptrs, M="i32", N="i32", K="i32", **{k: "constexpr" for k in consts})
+    fn = _wgmma_kernel
+    aligned = ("A_CODES", "A_SCALES", "B_CODES", "B_SCALES", "C", "M", "N", "K")
+    attrs = {(fn.arg_names.index(x),): [["tt.divisibility", 16]] for x in aligned}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))

@@ -1,0 +1,74 @@
+"""The Gluon packed GEMM (kernels/gemm_wgmma.py) without a GPU: it compiles for sm_90a with
+this Triton (Gluon's API moves between releases; the device runs Triton 3.6), its MMAs are
+asynchronous wgmma with one step left in flight, nothing spills, and gemm routes to it only
+where it applies. Its results are checked on the GPU (tests/gpu/test_kernels_gpu.py)."""
+
+import os
+import re
+import subprocess
+import tempfile
+
+import pytest
+import torch
+import triton
+from fourcast.kernels import gemm as gk
+from fourcast.kernels import reference as ref
+from fourcast.kernels import testing
+from fourcast.kernels.utils import parse_fmt
+
+gemm_wgmma = pytest.importorskip("fourcast.kernels.gemm_wgmma", reason="this Triton has no Gluon")
+F = testing.FORMATS
+
+
+def _tool(name: str, cubin: bytes, *args) -> str:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([tool, *args, f.name], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("pair,cfg", [(("nvfp4", "nvfp4-2d"), (128, 128, 128, 8, 8, 3)),
+                                      (("mxfp4", "mxfp4"), (128, 128, 64, 8, 8, 3)),
+                                      (("ue5m3", "ue5m3"), (128, 128, 128, 8, 8, 3))])
+def test_compiles_for_sm90_with_async_wgmma_and_no_spills(pair, cfg):
+    a, b = (parse_fmt(F[f]) for f in pair)
+    k = gemm_wgmma.compile_sm90(a, b, gk.split_plan(a, b), cfg)
+    ptx = k.asm["ptx"]
+    assert "wgmma.mma_async" in ptx
+    # inside the loop: wait until only the step just issued (two wgmma groups) is in flight
+    assert "2" in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
+    assert k.metadata.shared == 4 * cfg[5] * 128 * cfg[2] // 2 * 2  # lo + hi, A + B, 16-bit, per slot
+    assert int(re.search(r"LOCAL:(\d+)", _tool("cuobjdump", k.asm["cubin"], "-res-usage")).group(1)) == 0
+    # ptxas chains the wgmmas of a group: only each group's last HGMMA waits on the scoreboard
+    # (when it serialises them, as it did before the wait on the zeroed accumulator, all do)
+    hgmma = [ln for ln in _tool("nvdisasm", k.asm["cubin"], "-c").splitlines() if "HGMMA" in ln]
+    assert 0 < sum("gsb0" in ln for ln in hgmma) < len(hgmma)
+
+
+def test_gemm_off_hopper_takes_the_split_kernel(monkeypatch):
+    """Asked for "wgmma" where it cannot run (here: the interpreter or a CPU tensor), gemm
+    runs the split kernel: the same result as asking for it."""
+    monkeypatch.setattr(gemm_wgmma, "launch", lambda *a, **k: pytest.fail("gemm_wgmma launched off Hopper"))
+    a = ref.quantize(testing.make_input("random", (32, 128), torch.float32, "cpu", seed=1), F["nvfp4"])
+    b = ref.quantize(testing.make_input("random", (16, 128), torch.float32, "cpu", seed=2), F["nvfp4"])
+    assert not gk._wgmma_ok(a, b, 128)
+    monkeypatch.setattr(gk, "CONFIG_OVERRIDE", {"kernel": "wgmma"})
+    if gk.interpreting():
+        via_wgmma = gk.gemm(a, b, torch.float32, impl="triton")
+        monkeypatch.setattr(gk, "CONFIG_OVERRIDE", {"kernel": "split"})
+        assert torch.equal(via_wgmma, gk.gemm(a, b, torch.float32, impl="triton"))
+
+
+@pytest.mark.parametrize("fmt,ok", [("nvfp4", True), ("mxfp4", True), ("ue5m3-2d", True), ("ufp4", True),
+                                    ("ufp4-int4", False), ("mxfp8", False)])
+def test_which_formats_it_takes(fmt, ok, monkeypatch):
+    """LUT/CVT formats only (4-bit sign-magnitude grids, block scales): the rest stay on split."""
+    monkeypatch.setattr(gk, "interpreting", lambda: False)
+    monkeypatch.setattr(gk, "_capability", lambda index: (9, 0))
+    spec = parse_fmt(F[fmt])
+    p = type("P", (), {"spec": spec, "codes": type("T", (), {"is_cuda": True, "device": torch.device("cuda", 0)})()})()
+    assert gk._wgmma_ok(p, p, 4096) is ok
+    assert not gk._wgmma_ok(p, p, 4096 + 32)  # K not a multiple of 64
+    monkeypatch.setattr(gk, "_capability", lambda index: (10, 0))
+    assert not gk._wgmma_ok(p, p, 4096)  # no wgmma on Blackwell
