@@ -371,6 +371,59 @@ def sr_stream():
         qk.CONFIG_OVERRIDE.pop(k, None)
 
 
+@section("strip kernel: row tiles per program")
+def strip_iters():
+    """QLinear's two row+col calls on the strip kernel with ITERS row tiles a program (the
+    next tile loaded before the current one is quantized; strip.strip_iters picks ITERS),
+    and a register cap: the X call (RTNE, row copy decoded, column copy packed) and the dY
+    call (sr16, both decoded), ue5m3 with the tensor amaxes given, at the 125M model's and
+    the Llama layer's shapes. % of copy counts the bf16 read and every byte written. The
+    outputs of each variant are compared with ITERS 1's in the same run."""
+    f = F["ue5m3"]
+    calls = (("X", "rtne", ("decoded", "packed"), 2 + 2 + 0.5 + 1 / 16),
+             ("dY sr16", "sr16", ("decoded", "decoded"), 2 + 2 + 2))
+    shapes = ((32768, 768), (32768, 2304), (32768, 4608), (8192, 4096)) if not SMOKE else ((64, 64),)
+    variants = ((1, None), (2, None), (4, None), (8, None), (2, 128), (4, 128)) if not SMOKE else ((1, None), (2, None))
+    for shape in shapes:
+        x = rand(shape)
+        amax = x.abs().amax().float()
+        for name, rounding, outputs, bpe in calls:
+            if name == "X" and shape[1] == 4608:
+                continue  # (the 125M model has no such X)
+            want = None
+            for iters, nreg in variants:
+                if left() < 30:
+                    break
+                qk.CONFIG_OVERRIDE["strip_iters"] = iters
+                qk.CONFIG_OVERRIDE.pop("strip_maxnreg", None)
+                if nreg:
+                    qk.CONFIG_OVERRIDE["strip_maxnreg"] = nreg
+
+                def call(x=x, rounding=rounding, outputs=outputs):
+                    return ops.rowcol_operands(x, f, rounding=rounding, seed=1, offset=5, tensor_amax=amax,
+                                               tensor_amax_col=amax, outputs=outputs)
+                try:
+                    got = call()
+                    t = ms(call)
+                except Exception as exc:
+                    RES["errors"].append(f"strip_iters {name} {shape} {iters} {nreg}: {exc!r}")
+                    continue
+                flat = [t for o in got for t in ((o.values,) if hasattr(o, "values") else (o.codes, o.scales))]
+                if want is None:
+                    want = flat
+                same = all(torch.equal(a, b) if a.dtype == torch.uint8 else testing.same_float(a, b)
+                           for a, b in zip(flat, want))
+                frac = shape[0] * shape[1] * bpe / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.2)
+                row = dict(call=name, shape="x".join(map(str, shape)), iters=iters, maxnreg=nreg, us=t * 1e3,
+                           frac_copy=frac, same_as_iters1=same)
+                RES.setdefault("strip_iters", []).append(row)
+                log(row)
+        save()
+        del x
+    qk.CONFIG_OVERRIDE.pop("strip_iters", None)
+    qk.CONFIG_OVERRIDE.pop("strip_maxnreg", None)
+
+
 @section("GEMM epilogue cost")
 def gemm_epilogue():
     """What the emulated GEMM's tensor-scale epilogue costs over a bf16-out cuBLAS GEMM at
@@ -916,7 +969,8 @@ def main():
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
-    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, gemm_epilogue,
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, strip_iters,
+             gemm_epilogue,
              decode_layout,
              layer_profiles, peers,
              gemm_bench, gemm_variants, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,

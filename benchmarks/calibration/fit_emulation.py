@@ -70,9 +70,9 @@ QUANT_TERMS = ("triton_quant_call_us", "triton_quant_ns_per_elem", "triton_quant
 
 def quant_features(q: dict) -> list[float]:
     """[1, elements written, rotated with SR, rotated without SR (strip kernel), rounded "sr",
-    rounded "sr4", rounded "sr16", amax-pass elements, in-kernel amax tiles] of a quantize op,
-    as Rust counts them (the amax pass: refresh 1 and a format with a tensor scale; in-kernel
-    amax: formats without one, two atomics per strip tile, ops.rs in_kernel_amax_tiles)."""
+    rounded "sr4", rounded "sr16", amax-pass elements, in-kernel amax programs] of a quantize
+    op, as Rust counts them (the amax pass: refresh 1 and a format with a tensor scale; in-kernel
+    amax: formats without one, two atomics per strip program, ops.rs in_kernel_amax_programs)."""
     n = float(q["numel"])
     copies = [2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"]]
     rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o["rht"] > 0)
@@ -86,13 +86,17 @@ def quant_features(q: dict) -> list[float]:
     measures = q.get("refresh", 1) == 1 and any(o["format"]["scale"] in ("e4m3", "ue5m3", "fp32") for o in q["outputs"])
     outs = q["outputs"]
     single = all(o["format"].get("block") and o["format"]["scale"] not in ("e4m3", "ue5m3", "fp32") for o in outs)
-    tiles = 0.0
+    programs = 0.0
     if single and q.get("refresh", 1) == 1:  # given, or recorded by nobody ("none"): no atomics
         block = max(o["format"]["block"] for o in outs)
         rows = max(block, 16, *(o["rht"] for o in outs[1:]))
         tiles = n / (rows * max(64 if strip else 32, outs[0]["rht"]))
+        iters = 4.0 if rows == 16 and not any(o["rht"] for o in outs) else 1.0  # strip.strip_iters
+        while iters > 1 and tiles // iters < 4096:
+            iters /= 2
+        programs = tiles / iters
     return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, sr, sr4, sr16,
-            n if measures else 0.0, tiles]
+            n if measures else 0.0, programs]
 
 
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -35,6 +35,27 @@ def test_strip_tiles(monkeypatch):
     assert strip.strip_config(16, 0, 0, False, (32, 64, 2), False) == (32, 64, 2)
 
 
+@pytest.mark.parametrize("iters", [1, 2, 4])
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4", "ue5m3-2d"])
+def test_strip_programs_of_several_row_tiles(name, iters, monkeypatch):
+    """A program takes `iters` row tiles, loading the next before quantizing the current:
+    80 rows are 5 tiles of 16 (mxfp4: 32 rows, so 3 tiles with the last one half past the
+    rows), so the last program has tiles past the end. The same bits, the amax included
+    (single-level formats record it once a program now), for RTNE and both SR streams."""
+    from fourcast.kernels import strip
+
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "strip_iters", iters)
+    f = F[name]
+    rows = 96 if name == "mxfp4" else 80
+    x = testing.make_input("heavy", (rows, 64), torch.bfloat16, seed=9, fmt=f)
+    for rr, rc in (("rtne", "sr16"), ("sr4", "rtne")):
+        testing.check_rowcol(x, f, rr, rc, 5, 7)
+    assert strip.strip_iters(32768, 16, 768, 64, False, None, False) == strip.STRIP_ITERS
+    assert strip.strip_iters(768, 16, 768, 64, False, None, False) == 1  # 576 tiles: one each
+    assert strip.strip_iters(32768, 16, 768, 64, True, None, False) == 1  # an RHT: no room
+    assert strip.strip_iters(32768, 32, 768, 32, False, None, False) == 1  # MX's 32-row tiles
+
+
 @pytest.mark.parametrize("name", BLOCK_FORMATS)
 def test_strip_is_bit_exact(name):
     f = F[name]

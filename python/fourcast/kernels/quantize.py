@@ -936,13 +936,19 @@ def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int
                   LOG2N_R=l_r, RNE_BF16=interp, NORM_R=rht_norm(rn), BR=br, BC=bc, UNSCALED=unscaled, num_warps=warps,
                   RN_C=rnc, LOG2N_C=l_c, NORM_C=rht_norm(rnc))
     common.pop("MODE")
+    iters = 1
     if route == "strip":
         flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
+        iters = strip.strip_iters(R, br, C, bc, bool(rn or rnc), CONFIG_OVERRIDE.get("strip_iters"), interp)
+        flags["ITERS"] = iters
+        if CONFIG_OVERRIDE.get("strip_maxnreg") and not interp:
+            flags["maxnreg"] = CONFIG_OVERRIDE["strip_maxnreg"]
     else:
         flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0], PASS=1)
     consts = dict(common, FUSE_AMAX=fuse, **flags)
-    plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=(_cdiv(R, br), _cdiv(C, bc)),
-                consts=consts, consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
+    plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br,
+                grid=(_cdiv(R, br * iters), _cdiv(C, bc)), consts=consts,
+                consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     if fresh and route == "strip":
         br0, bc0, iters = strip.amax_config(br, bc, interp)
         plan["amax"] = ((_cdiv(R, br0 * iters), _cdiv(C, bc0)),

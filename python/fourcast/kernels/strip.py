@@ -1,11 +1,13 @@
 """Row + column quantizer in column strips (Triton): both copies of a row-major (R, C) x
 from one read, with no transpose of the data.
 
-A program owns a [BR, BC] tile whose BR rows are whole column blocks (B, or the column
-RHT's size), one warp wide (strip_config). Triton's load layout gives each thread 8
-consecutive columns of several rows, with few lanes per column (four for [16, 64]), so
-a column block's amax is an in-thread max plus a shuffle, and a row block (16 or 32
-columns) spans 2 or 4 lanes: no shared memory but the byte-sized column codes' store.
+A program owns [BR, BC] tiles whose BR rows are whole column blocks (B, or the column
+RHT's size), one warp wide (strip_config); ITERS of them down one column strip, the
+next one's load issued before the current one is quantized (strip_iters). Triton's load
+layout gives each thread 8 consecutive columns of several rows, with few lanes per column
+(four for [16, 64]), so a column block's amax is an in-thread max plus a shuffle, and a
+row block (16 or 32 columns) spans 2 or 4 lanes: no shared memory but the byte-sized
+column codes' store.
 Rows 2i and 2i + 1 of a column share a byte of the transposed copy (a sum of shifted
 codes over an in-thread axis). Decoded (x_hat) copies of both are written in x's
 orientation, like the load; only the column copy's codes and scale bytes are stored
@@ -135,23 +137,59 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
                   XHAT_R_ON: tl.constexpr, CODES_C_ON: tl.constexpr, XHAT_C_ON: tl.constexpr,
                   UNSCALED: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, NORM_R: tl.constexpr,
                   RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
-                  RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, SEED_PTR: tl.constexpr = False):
+                  RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, SEED_PTR: tl.constexpr = False,
+                  ITERS: tl.constexpr = 1):
     """See the module doc: quantize and store what *_ON ask (the tensor amaxes from
     AMAX_IN_R / AMAX_IN_C: _strip_amax_kernel's, or given; FUSE_AMAX: single-level formats record them
-    here). Program ids: rows fastest, so neighbouring programs fill the same transposed rows."""
+    here). A program takes ITERS row tiles of one column strip, loading tile i + 1 before it
+    quantizes tile i, so that a warp has a load in flight while it computes (strip_iters).
+    Program ids: rows fastest, so neighbouring programs fill the same transposed rows."""
     pid_r = tl.program_id(0)
     pid_c = tl.program_id(1)
-    r = pid_r * BR + tl.arange(0, BR)[:, None]
     c = pid_c * BC + tl.arange(0, BC)[None, :]
-    inb = (r < R) & (c < C)
-    x = tl.load(X + r * C + c, mask=inb, other=0.0).to(tl.float32)
     seed = load_seed(seed, SEED_PTR)
-    yr, yc = _copies(x, r, c, SIGNS_R, SIGNS_C, RN_R, LOG2N_R, NORM_R, RN_C, LOG2N_C, NORM_C, BR, BC)
-    if FUSE_AMAX:
-        tl.atomic_max(AMAX_BITS, tl.max(tl.max(tl.abs(yr).to(tl.int32, bitcast=True), axis=1), axis=0))
-        tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(tl.abs(yc).to(tl.int32, bitcast=True), axis=1), axis=0))
     s_r, p_r = _tensor_scales(tl.load(AMAX_IN_R).to(tl.float32), False, RULE, NUM)
     s_c, p_c = _tensor_scales(tl.load(AMAX_IN_C).to(tl.float32), False, RULE, NUM)
+    m_r = tl.zeros((BR, BC), tl.int32)
+    m_c = tl.zeros((BR, BC), tl.int32)
+    r = pid_r * ITERS * BR + tl.arange(0, BR)[:, None]
+    x_next = tl.load(X + r * C + c, mask=(r < R) & (c < C), other=0.0)
+    for it in range(ITERS):
+        tile = pid_r * ITERS + it
+        r = tile * BR + tl.arange(0, BR)[:, None]
+        x = x_next.to(tl.float32)
+        if ITERS > 1:  # the next tile's load, issued before this one's arithmetic
+            r_next = r + BR
+            x_next = tl.load(X + r_next * C + c, mask=(r_next < R) & (c < C), other=0.0)
+        yr, yc = _copies(x, r, c, SIGNS_R, SIGNS_C, RN_R, LOG2N_R, NORM_R, RN_C, LOG2N_C, NORM_C, BR, BC)
+        if FUSE_AMAX:
+            m_r = tl.maximum(m_r, tl.abs(yr).to(tl.int32, bitcast=True))
+            m_c = tl.maximum(m_c, tl.abs(yc).to(tl.int32, bitcast=True))
+        _strip_tile(yr, yc, r, c, tile, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, offset_c, R, C,
+                    CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,
+                    EMAX, SCALE, RULE, B, TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE_R, MODE_C,
+                    CODES_R_ON, XHAT_R_ON, CODES_C_ON, XHAT_C_ON, UNSCALED, RNE_BF16, BR, BC)
+    if FUSE_AMAX:  # two atomics a program (rows past R are zeros: they do not move a max)
+        tl.atomic_max(AMAX_BITS, tl.max(tl.max(m_r, axis=1), axis=0))
+        tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(m_c, axis=1), axis=0))
+    if (pid_r == 0) & (pid_c == 0):
+        tl.store(TS_OUT, s_r)
+        tl.store(TS_OUT + 1, s_c)
+
+
+@triton.jit
+def _strip_tile(yr, yc, r, c, pid_r, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, offset_c, R, C,
+                CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C,
+                EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, TWOS: tl.constexpr,
+                BITS: tl.constexpr, GMAX: tl.constexpr, EMAX: tl.constexpr,
+                SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
+                S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
+                NANB: tl.constexpr, MODE_R: tl.constexpr, MODE_C: tl.constexpr,
+                CODES_R_ON: tl.constexpr, XHAT_R_ON: tl.constexpr, CODES_C_ON: tl.constexpr,
+                XHAT_C_ON: tl.constexpr, UNSCALED: tl.constexpr, RNE_BF16: tl.constexpr, BR: tl.constexpr,
+                BC: tl.constexpr):
+    """Quantize and store row tile pid_r of the strip: yr, yc its two copies (after RHTs)."""
+    inb = (r < R) & (c < C)
     if CODES_R_ON or XHAT_R_ON:
         bmax = _block_max(tl.abs(yr).to(tl.int32, bitcast=True), BR, BC, B, TILE2D)
         sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
@@ -211,9 +249,33 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
                 tl.store(SCALES_C + c * (R // B) + j, sb.to(tl.uint8), mask=(j < R // B) & (c < C))
         if XHAT_C_ON:
             tl.store(XHAT_C + r * C + c, _cast_out(xhat, XHAT_C, RNE_BF16), mask=inb)
-    if (pid_r == 0) & (pid_c == 0):
-        tl.store(TS_OUT, s_r)
-        tl.store(TS_OUT + 1, s_c)
+
+
+# Row tiles a _strip_kernel program takes at most, and the fewest programs it keeps (132 SMs
+# x about 16 one-warp programs each, twice over) before taking fewer (strip_iters).
+STRIP_ITERS = 4
+MIN_PROGRAMS = 4096
+
+
+def strip_iters(rows: int, br: int, cols: int, bc: int, rht: bool, override, interpreting: bool) -> int:
+    """Row tiles per _strip_kernel program. Measured on the H200 (kernels-h200.md, session
+    10; training-h200 runs 14-15): 16-row tiles without an RHT take STRIP_ITERS (4: the
+    125M model's ue5m3 calls 4-11% faster, 8 slower again), halved until the grid keeps
+    MIN_PROGRAMS programs; calls with an RHT or 32-row (MX) tiles take 1 (their registers
+    leave no room for the next tile: MXFP4's X calls with an RHT32 ran 1.5x slower at 4).
+    Under the interpreter 2, so the CPU tier runs the loop, its prefetch and a last
+    program past the rows. override: from the benchmarks."""
+    if override is not None:
+        return override
+    if interpreting:
+        return 2
+    if rht or br > 16:
+        return 1
+    tiles = -(-rows // br) * -(-cols // bc)
+    iters = STRIP_ITERS
+    while iters > 1 and tiles // iters < MIN_PROGRAMS:
+        iters //= 2
+    return iters
 
 
 def amax_config(br: int, bc: int, interpreting: bool) -> tuple[int, int, int]:

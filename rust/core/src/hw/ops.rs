@@ -232,7 +232,7 @@ fn emulated_quant_s(
                     + stochastic16 * e.sr16_s_per_elem
                     + amax * e.amax_s_per_elem
                     + if refresh == 1 {
-                        in_kernel_amax_tiles(numel, outs, sr_any) * e.amax_tile_s
+                        in_kernel_amax_programs(numel, outs, sr_any) * e.amax_tile_s
                     } else {
                         0.0 // the amax is given, or not recorded (QLinear's row+col calls)
                     },
@@ -247,12 +247,15 @@ fn emulated_quant_s(
     }
 }
 
-/// Strip-kernel tiles of a call whose formats have no tensor scale: those record their
-/// amax in-kernel, two atomics per tile on the same two words, which contend (training-h200
+/// Strip-kernel programs of a call whose formats have no tensor scale: those record their
+/// amax in-kernel, two atomics per program on the same two words, which contend (training-h200
 /// run 9). The tile is kernels/strip.py's `strip_config`: rows = the column block or the
 /// column copy's RHT (at least 16), columns = 32 with SR (64 without) or the row copy's RHT.
-/// outs: the row copy first, then the column copy.
-fn in_kernel_amax_tiles(numel: f64, outs: &[QuantOut], sr: bool) -> f64 {
+/// A program takes `strip_iters` tiles: 16-row tiles without an RHT up to 4, halved while
+/// fewer than 4096 programs would remain; the others one (the fitted cost, 0.915 ns, is per
+/// program: one tile each in the runs it came from). outs: the row copy first, then the
+/// column copy.
+fn in_kernel_amax_programs(numel: f64, outs: &[QuantOut], sr: bool) -> f64 {
     let single_level = !outs.is_empty()
         && outs
             .iter()
@@ -264,7 +267,15 @@ fn in_kernel_amax_tiles(numel: f64, outs: &[QuantOut], sr: bool) -> f64 {
     let col_rht = outs.iter().skip(1).map(|o| o.rht).max().unwrap_or(0);
     let rows = block.max(col_rht).max(16);
     let cols = (if sr { 32 } else { 64 }).max(outs[0].rht);
-    numel / f64::from(rows * cols)
+    let tiles = numel / f64::from(rows * cols);
+    let mut iters = 1.0;
+    if rows == 16 && outs.iter().all(|o| o.rht == 0) {
+        iters = 4.0;
+        while iters > 1.0 && (tiles / iters).floor() < 4096.0 {
+            iters /= 2.0;
+        }
+    }
+    tiles / iters
 }
 
 /// The cost of one op.

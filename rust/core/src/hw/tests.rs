@@ -596,9 +596,9 @@ fn emulated_quantizer_prices_its_amax_pass_only_when_it_measures() {
 }
 
 #[test]
-fn emulated_quantizer_prices_in_kernel_amax_atomics_per_strip_tile() {
-    // Formats without a tensor scale (MX) record the amax with two atomics per strip tile:
-    // 32 x 32 with SR and a 32-wide block, 32 x 64 without SR; two-level formats do not.
+fn emulated_quantizer_prices_in_kernel_amax_atomics_per_strip_program() {
+    // Formats without a tensor scale (MX) record the amax with two atomics per strip program:
+    // one tile of 32 x 32 with SR and a 32-wide block, 32 x 64 without SR; two-level formats do not.
     let h = h200_with("emulation.triton_quant_amax_tile_ns", "0.9");
     let zero = h200_with("emulation.triton_quant_amax_tile_ns", "0.0");
     let e = h.emulation.unwrap();
@@ -612,6 +612,16 @@ fn emulated_quantizer_prices_in_kernel_amax_atomics_per_strip_tile() {
             - op_time(&zero, &op).unwrap().detail["emulation_s"]
     };
     assert!((extra("mxfp4", true) - 1024.0 * 0.9e-9).abs() < 1e-15);
+    // A 16-row tile without an RHT: four tiles a program (kernels/strip.py's strip_iters)
+    // once 4096 programs remain, so 2^25 elements in 32 x 16 tiles make 16384 programs.
+    let mx16 = r#"{"element": "e2m1", "scale": "ue8m0", "block": 16, "rule": "floor"}"#;
+    let big = format!(
+        r#"{{"op": "quantize", "numel": 33554432, "impl": "fourcast-triton", "outputs": [{{"format": {mx16}}}, {{"format": {mx16}, "sr": true}}]}}"#
+    );
+    let big = parse_op(&big).unwrap();
+    let extra16 = op_time(&h, &big).unwrap().detail["emulation_s"]
+        - op_time(&zero, &big).unwrap().detail["emulation_s"];
+    assert!((extra16 - 16384.0 * 0.9e-9).abs() < 1e-14, "{extra16}");
     // An amax given, or recorded by nobody (the profile says "none"): no atomics.
     let given = r#"{"op": "quantize", "numel": 1048576, "impl": "fourcast-triton", "refresh": 10, "outputs": [{"format": "mxfp4"}, {"format": "mxfp4", "sr": true}]}"#;
     let given = parse_op(given).unwrap();
