@@ -159,6 +159,15 @@ def fit_gemm(hw: fchw.Hardware) -> float:
     return max(0.0, (meas - model0) / calls * 1e3)
 
 
+def fit_cublaslt(hw: fchw.Hardware, runs: tuple[str, ...]) -> float:
+    """`cublaslt_gemm_time_factor` closing the GEMM class of `runs` (FP4 runs whose GEMMs
+    went through fourcast's cuBLASLt call); the model is linear in it."""
+    m0 = sum(class_ms(hw.set("emulation.cublaslt_gemm_time_factor", 0.0), r, "gemm")[1] for r in runs)
+    m1 = sum(class_ms(hw.set("emulation.cublaslt_gemm_time_factor", 1.0), r, "gemm")[1] for r in runs)
+    meas = sum(class_ms(hw, r, "gemm")[0] for r in runs)
+    return (meas - m0) / (m1 - m0)
+
+
 def gemm_clock_check(hw: fchw.Hardware) -> float:
     """The eager GEMM clock (GHz) that alone closes the BF16 GEMM class (no eager cost)."""
     h0 = hw.set("emulation.torch_eager_call_us", 0.0)
@@ -207,6 +216,8 @@ def main() -> None:
                     help="fit against CUDA-event spans or GPU kernel time")
     ap.add_argument("--quant-fit", default=",".join(QUANT_FIT),
                     help="comma-separated runs of --runs whose quantize ops are fitted (the other FP4 runs are held out)")
+    ap.add_argument("--lt-fit", default="",
+                    help="comma-separated runs (as --quant-fit) whose GEMM class fits cublaslt_gemm_time_factor")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     ap.add_argument("--quant-only", action="store_true",
                     help="fit (and write) only the quantizer terms; attention and GEMM terms stay as the file has them")
@@ -229,10 +240,15 @@ def main() -> None:
     quant = fit_quant()
     for key, v in quant.items():
         hw = hw.set(f"emulation.{key}", v)
+    lt_fit = tuple(r for r in args.lt_fit.split(",") if r)
+    if lt_fit:
+        lt = round(fit_cublaslt(hw, lt_fit), 3)
+        hw = hw.set("emulation.cublaslt_gemm_time_factor", lt)
+        print(f"cublaslt_gemm_time_factor {lt} (the GEMM class of {', '.join(lt_fit)})")
     print(f"attention_tile_cycles {tile:.0f}; torch_eager_call_us {eager:.2f} (eager GEMM clock "
           f"{hw.data['emulation']['torch_eager_gemm_clock_ghz']['value']} GHz; alone it would take {clock:.3f}); "
           "triton quant (us/call, ns/elem): " + ", ".join(f"{k.removeprefix('triton_quant_')} {v}" for k, v in quant.items()))
-    role = {"gemm": GEMM_FIT, "quantize": QUANT_FIT, "attention": ATTN_FIT}
+    role = {"gemm": GEMM_FIT + lt_fit, "quantize": QUANT_FIT, "attention": ATTN_FIT}
     print(f"fit folder {RUNS.name}:")
     for r, row in errors(hw).items():
         cells = [f"{cls} {m:6.1f}/{p:6.1f} {e:+6.1%} ({'fit' if r in role[cls] else 'held out'})"
@@ -258,6 +274,11 @@ def main() -> None:
                                            "FP4 runs held out)"),
         }
         fitted = ", ".join(f if "/" in f else f"{run}/{f}" for f in QUANT_FIT)
+        if lt_fit:
+            others["cublaslt_gemm_time_factor"] = (lt, f"{tool} ({timed} of the GEMM ops of "
+                                                   f"{', '.join(f if '/' in f else f'{run}/{f}' for f in lt_fit)}: "
+                                                   "FP4 runs whose GEMMs went through fourcast's cuBLASLt call; "
+                                                   "the rest held out: projection-h200.md, session 10)")
         write_toml({
             **others,
             **{key: (v, f"{tool} ({timed} of the quantize ops of {fitted}; the rest held out: "

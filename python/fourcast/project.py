@@ -204,8 +204,10 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
     call (``"impl": "torch-eager"``: a per-call dispatch cost, and the kernel at the clock a
     training step's GEMMs run at; a "dgrad+wgrad" region holds two). A GEMM of an emulation path (fused,
     dequant, fake) ran as a BF16 cuBLAS GEMM on decoded operands whatever its formats, with
-    the tensor scales in its epilogue (op "epilogue": "fused") or, in runs before session 7,
-    an FP32 product and a scale/cast pass after it, so it is priced as that. The costs are the H200 file's ``[emulation]`` table, fitted by
+    the tensor scales in its epilogue (op "epilogue": "fused": fourcast's cuBLASLt call,
+    ``"impl": "torch-cublaslt"``, whose kernels run faster than torch's for the same shape)
+    or, in runs before session 7, an FP32 product and a scale/cast pass after it, so it is
+    priced as that. The costs are the H200 file's ``[emulation]`` table, fitted by
     benchmarks/calibration/fit_emulation.py."""
     out: list[tuple[str, dict, float]] = []
     for op in prof["ops"]:
@@ -216,7 +218,8 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
                 emulated = op.get("path", "torch") in ("fused", "dequant", "fake")
                 if emulated:
                     o = {**o, "a": "bf16", "b": "bf16"}
-                o = {**o, "impl": "torch-eager"}
+                lt = emulated and op.get("epilogue") == "fused"  # fourcast's cuBLASLt call
+                o = {**o, "impl": "torch-cublaslt" if lt else "torch-eager"}
                 out.append((cls, o, calls))
                 if emulated and op.get("epilogue", "pass") == "pass":
                     # FP32 product, then the tensor-scale epilogue: ~8 B more per output (runs

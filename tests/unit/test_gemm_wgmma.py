@@ -72,3 +72,11 @@ def test_which_formats_it_takes(fmt, ok, monkeypatch):
     assert not gk._wgmma_ok(p, p, 4096 + 32)  # K not a multiple of 64
     monkeypatch.setattr(gk, "_capability", lambda index: (10, 0))
     assert not gk._wgmma_ok(p, p, 4096)  # no wgmma on Blackwell
+
+
+def test_a_ring_of_two_slots_or_a_ragged_k_is_refused():
+    """Two slots would let one warpgroup overwrite a slot the other's wgmma still reads."""
+    with pytest.raises(ValueError, match="at least 3 slots"):
+        gemm_wgmma.launch(None, None, None, 128, 128, 128, {}, (128, 128, 64, 8, 8, 2))
+    with pytest.raises(gk.ShapeError, match="multiple of the tile depth"):
+        gemm_wgmma.launch(None, None, None, 128, 128, 192, {}, (128, 128, 128, 8, 8, 3))

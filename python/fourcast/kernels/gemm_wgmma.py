@@ -15,6 +15,13 @@ so the warps decode step i + 1 while the tensor cores run step i. Three slots: a
 may store into slot i % 3 once every warpgroup has finished step i - 3, which the barrier
 of step i - 1 guarantees (each warpgroup waits for its own wgmmas only).
 
+Measured on the H200 (kernels-h200.md, session 10): correct, and slower than the split
+kernel at every tile tried (33-44% of cuBLAS BF16 against 45-56%). Its step takes about
+three times what its instructions and its MMAs need; shared-memory traffic (both operands
+stored, then read by SS-mode wgmma), two CTA barriers per step and few warps are the
+suspects, none confirmed without a profiler. So it is a variant (gemm.KERNEL "wgmma"), not
+the default.
+
 The decode is gemm.py's: the same PTX routines (`decode_asm`: four code bytes and their
 scales -> the low- and high-nibble values as f16/bf16 pairs), the same split of K into
 low and high nibbles, the same MMA type rule (`split_plan`) and epilogue
@@ -25,8 +32,10 @@ block scales (E4M3, UE5M3, UE8M0; 1-D blocks of 16 or 32, or 16 x 16 tiles). The
 bytes of a thread are 8 consecutive bytes of one row, so they share one scale byte,
 which is loaded and converted once (a [rows, groups] tensor broadcast over the 8).
 
-Gluon kernels compile for a GPU only: no interpreter. gemm.py routes to this kernel on
-sm_90+ where it applies (`applies`); the CPU tiers test the routing, tests/gpu the bits.
+Gluon kernels compile for a GPU only: no interpreter. gemm.py runs this kernel when asked
+for KERNEL "wgmma" on an sm_90 GPU where it applies (`gemm._wgmma_ok`), the split kernel
+otherwise; the CPU tiers compile it for sm_90a offline and test the routing, tests/gpu the
+results.
 """
 
 from __future__ import annotations
@@ -182,6 +191,8 @@ def launch(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple
     bm, bn, bk, group, warps, stages = cfg or config(m, n, k)
     if k % bk:
         raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
+    if stages < 3:  # two slots would let a warpgroup overwrite one the other's wgmma still reads
+        raise ValueError(f"gemm_wgmma needs a ring of at least 3 slots, got {stages}")
     options = {"maxnreg": maxnreg} if maxnreg else {}
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
     _wgmma_kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,

@@ -128,6 +128,8 @@ pub struct EmulCost {
     /// headroom (GEMMs are a fraction of it), so its GEMMs run above the sustained clock
     /// the isolated back-to-back calibration GEMMs measure.
     pub eager_clock_hz: f64,
+    /// Kernel time of an emulated GEMM through fourcast's cuBLASLt call against torch's.
+    pub lt_time_factor: f64,
 }
 
 /// Hardware features switched on by what-if natives that are not MMA kinds.
@@ -283,6 +285,10 @@ impl Hw {
                     .unwrap_or(&p.chip.clock_ghz)
                     .value
                     * 1e9,
+                lt_time_factor: e
+                    .cublaslt_gemm_time_factor
+                    .as_ref()
+                    .map_or(1.0, |n| n.value),
             }),
             natives: vec![],
             notes: vec![],

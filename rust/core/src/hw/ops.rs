@@ -113,7 +113,8 @@ pub enum Op {
         out_bytes: f64,
         /// Absent = the kernel alone; "torch-eager" = as timed in a profiled eager run on a
         /// GPU with fitted `[emulation]` costs (the kernel at the run's GEMM clock, plus the
-        /// per-call dispatch cost).
+        /// per-call dispatch cost); "torch-cublaslt" = the same with the kernel time scaled by
+        /// `emulation.cublaslt_gemm_time_factor` (fourcast's cuBLASLt call on decoded operands).
         #[serde(default, rename = "impl")]
         implementation: Option<String>,
     },
@@ -405,20 +406,27 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             };
             let (g, eager) = match implementation.as_deref() {
                 None | Some("vendor") => (gemm(hw, &s, &oa, &ob, *out_bytes)?, 0.0),
-                Some("torch-eager") => {
+                Some(how @ ("torch-eager" | "torch-cublaslt")) => {
                     let e = emulation(hw)?;
                     let at_clock = Hw {
                         gemm_clock_hz: e.eager_clock_hz,
                         ..hw.clone()
                     };
-                    (gemm(&at_clock, &s, &oa, &ob, *out_bytes)?, e.eager_call_s)
+                    let mut g = gemm(&at_clock, &s, &oa, &ob, *out_bytes)?;
+                    if how == "torch-cublaslt" {
+                        // the kernel cuBLASLt picks for the decoded operands, not torch's
+                        g.gemm_s *= e.lt_time_factor;
+                        g.time_s = g.gemm_s + g.conversion_s;
+                        g.tflops = s.flops() / g.time_s / 1e12;
+                    }
+                    (g, e.eager_call_s)
                 }
                 Some(other) => {
                     return Err(Error::unknown(
                         Domain::Config,
                         "gemm impl",
                         other,
-                        &["vendor", "torch-eager"],
+                        &["vendor", "torch-eager", "torch-cublaslt"],
                     ))
                 }
             };

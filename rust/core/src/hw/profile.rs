@@ -201,6 +201,11 @@ pub struct Emulation {
     /// Clock the profiled eager GEMMs ran at (absent: `chip.clock_ghz`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub torch_eager_gemm_clock_ghz: Option<Num>,
+    /// Kernel time of an emulated GEMM through fourcast's cuBLASLt call (decoded operands,
+    /// the tensor scales as a device alpha) per unit of torch's BF16 GEMM of the same shape;
+    /// ops opt in with `"impl": "torch-cublaslt"` (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cublaslt_gemm_time_factor: Option<Num>,
 }
 
 /// Names of the built-in GPUs.
@@ -416,6 +421,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_amax_tile_ns",
                         &em.triton_quant_amax_tile_ns,
+                    ),
+                    (
+                        "emulation.cublaslt_gemm_time_factor",
+                        &em.cublaslt_gemm_time_factor,
                     ),
                 ]
                 .into_iter()

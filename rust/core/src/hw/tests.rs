@@ -577,6 +577,23 @@ fn h200_with(path: &str, value: &str) -> Hw {
 }
 
 #[test]
+fn an_emulated_gemm_through_cublaslt_scales_the_eager_kernel_time() {
+    // "torch-cublaslt": the eager GEMM at the eager clock, its kernel time times
+    // cublaslt_gemm_time_factor; the per-call cost is the eager one.
+    let h = h200_with("emulation.cublaslt_gemm_time_factor", "0.8");
+    let price = |how: &str| {
+        let op = format!(r#"{{"op": "gemm", "m": 8192, "n": 4096, "k": 4096, "impl": "{how}"}}"#);
+        op_time(&h, &parse_op(&op).unwrap()).unwrap()
+    };
+    let (eager, lt) = (price("torch-eager"), price("torch-cublaslt"));
+    assert!((lt.detail["gemm_s"] - 0.8 * eager.detail["gemm_s"]).abs() < 1e-15);
+    assert_eq!(lt.detail["eager_s"], eager.detail["eager_s"]);
+    assert!((lt.time_s - (lt.detail["gemm_s"] + lt.detail["eager_s"])).abs() < 1e-15);
+    let h1 = Hw::from_profile(&Profile::load("h100").unwrap());
+    assert!(h1.emulation.is_none() || h1.emulation.unwrap().lt_time_factor == 1.0);
+}
+
+#[test]
 fn emulated_quantizer_prices_its_amax_pass_only_when_it_measures() {
     // One pass over the input when a two-level format measures its tensor amax (refresh 1);
     // none when the amax is given (refresh > 1) or the format has no tensor scale (MX: its
