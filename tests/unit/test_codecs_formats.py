@@ -144,3 +144,26 @@ def test_core_stub_lists_every_extension_function():
     declared = {n.name for n in ast.parse(stub.read_text()).body if isinstance(n, ast.FunctionDef)}
     exposed = {n for n in dir(fc._core) if not n.startswith("_")}
     assert exposed <= declared, f"add to _core.pyi: {sorted(exposed - declared)}"
+
+
+def test_every_e4m3_scale_byte_decodes_as_the_reference_reads_it():
+    """Foreign UE4M3 scale bytes past 0x7F (no quantizer writes them) decode with their sign
+    bit, 0xFF as NaN, in the Rust codec as in the PyTorch reference and the Triton kernels
+    (docs/conventions.md); every byte, every code."""
+    import dataclasses
+
+    import torch
+
+    from fourcast.kernels import reference as ref
+
+    f = fc.Format(element="e2m1", scale="e4m3", rule="te", block=16)
+    q = fc.quantize(np.ones((16, 256), np.float32), f)
+    scales = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    codes = np.tile(np.array([0x10, 0x32, 0x54, 0x76, 0x98, 0xBA, 0xDC, 0xFE], np.uint8), (16, 16))
+    got = dataclasses.replace(q, codes=codes, scales=scales, tensor_scale=1.0).dequantize()
+    want = ref.decode_scale(torch.from_numpy(scales.astype(np.int64)), "e4m3").numpy()
+    grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+    want = (np.repeat(want, 16, axis=1) * np.tile(grid, (16, 16))).astype(np.float32)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert np.array_equal(got[ok].view(np.uint32), want[ok].view(np.uint32))

@@ -334,7 +334,9 @@ impl ScaleFormat {
         }
     }
 
-    /// Value of a scale byte as f32 (NaN for the NaN byte).
+    /// Value of a scale byte as f32 (NaN for the NaN byte). An E4M3 byte past 0x7F, which
+    /// no quantizer writes, reads with its sign bit as FP8 E4M3 does (0xFF NaN), as the
+    /// PyTorch reference and the Triton kernels read it (docs/conventions.md).
     #[inline]
     pub fn decode(self, byte: u8) -> f32 {
         if Some(byte) == self.nan_byte() {
@@ -342,6 +344,7 @@ impl ScaleFormat {
         }
         match self.minifloat() {
             None => pow2(byte as i32 - 127),
+            Some(_) if self == ScaleFormat::Ue4m3 && byte & 0x80 != 0 => -self.decode(byte & 0x7f),
             Some(f) => f.decode_mag(byte as u32),
         }
     }
@@ -718,6 +721,14 @@ mod tests {
         assert_eq!(c.encode(1000.0, Rounding::Rtne, 0.0), 0x7e);
         assert_eq!(c.encode(-448.0, Rounding::Rtne, 0.0), 0xfe);
         assert!(c.decode(0x7f).is_nan());
+        // a foreign UE4M3 scale byte past 0x7F: a negative scale, 0xFF NaN (conventions.md)
+        assert_eq!(ScaleFormat::Ue4m3.decode(0xb8), -1.0);
+        assert_eq!(
+            ScaleFormat::Ue4m3.decode(0x80).to_bits(),
+            (-0.0f32).to_bits()
+        );
+        assert!(ScaleFormat::Ue4m3.decode(0xff).is_nan());
+        assert_eq!(ScaleFormat::Ue4m3.decode(0x38), 1.0);
         assert_eq!(e8m0_encode(1.5, Rounding::Rtne, 0.0), 128);
         assert_eq!(e8m0_encode(3.0, Rounding::Rtne, 0.0), 128);
     }
