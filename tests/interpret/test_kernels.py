@@ -243,6 +243,18 @@ def test_unscaled_decode_is_value_times_block_scale(name):
         assert dec.values.shape == x.shape and dec.tensor_scale is p.tensor_scale
 
 
+def test_table_decode_applies_to_4bit_sign_magnitude_block_formats(monkeypatch):
+    """qk.lut_decode_asm: the GEMM's PTX routine where it applies (the GPU runs it; its bits
+    are checked on every byte by tests/gpu), "" for INT4, FP8 and per-tensor formats, and
+    "" everywhere when LUT_DECODE is off."""
+    takes = {n: bool(qk.lut_decode_asm(ref.parse_fmt(F[n]))) for n in
+             ("nvfp4", "nvfp4-2d", "mxfp4", "ue5m3", "ufp4", "ufp4-int4", "fp8", "mxfp8")}
+    assert takes == {"nvfp4": True, "nvfp4-2d": True, "mxfp4": True, "ue5m3": True, "ufp4": True,
+                     "ufp4-int4": False, "fp8": False, "mxfp8": False}
+    monkeypatch.setattr(qk, "LUT_DECODE", False)
+    assert qk.lut_decode_asm(ref.parse_fmt(F["nvfp4"])) == ""
+
+
 @pytest.mark.parametrize("name", ["nvfp4", "nvfp4-2d", "mxfp4", "ue5m3", "ufp4"])
 def test_dequantize_every_code_and_scale_byte_as_reference(name):
     """Every code byte and every scale byte, NaN bytes and (E4M3) bytes past 0x7F that only

@@ -24,6 +24,7 @@ on Hopper; bits then depend on the MMA's summation: tests compare with the ROT o
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
@@ -839,11 +840,14 @@ def lut_decode_asm(spec: Spec) -> str:
     """The PTX table decode of _dequantize_kernel for `spec` (4-bit sign-magnitude grid,
     block scales), or "" where it does not apply. Not under the interpreter: PTX (the
     routine is checked bit for bit offline, tests/interpret/test_gemm_split.py)."""
+    return _lut_decode_asm(spec) if LUT_DECODE else ""
+
+
+@functools.lru_cache(maxsize=None)
+def _lut_decode_asm(spec: Spec) -> str:
     from fourcast.kernels import gemm  # gemm imports this module
 
-    if not LUT_DECODE or not gemm._lut_ok(spec):
-        return ""
-    return gemm.decode_asm(spec.element, 1, False)
+    return gemm.decode_asm(spec.element, 1, False) if gemm._lut_ok(spec) else ""
 
 
 def dequant_config(rows_out: bool, tile_2d: bool, interp: bool) -> tuple[int, int, bool]:
