@@ -672,6 +672,42 @@ def gemm_variants():
     gk.CONFIG_OVERRIDE.clear()
 
 
+@section("gemm_wgmma: its parts timed alone")
+def gemm_wgmma_parts():
+    """Why is gemm_wgmma.py slower than the split kernel? (kernels-h200.md, session 10: its step
+    takes about 3x what its instructions and MMAs need.) The kernel with PARTS 3 (all of it),
+    1 (loads, decodes and shared-memory stores, no wgmma) and 2 (the wgmmas on whatever the
+    ring holds, no loads or decodes), nvfp4, two tiles. If 1 alone takes most of 3, the
+    decode side sets the time; if 2 does, the MMA side (shared-memory operands, barriers);
+    if 3 is near 1 + 2, the two do not overlap. Outputs are meaningless for 1 and 2."""
+    if SMOKE:
+        return  # Gluon: a GPU only
+    from fourcast.kernels import gemm_wgmma as gw
+
+    bf = RES["ceilings"].get("bf16", {})
+    for (m, n, k) in (GEMM_SHAPES[0], (8192, 28672, 4096)):
+        pa = qk.quantize(rand((m, k)), F["nvfp4"])
+        pb = qk.quantize(rand((n, k)), F["nvfp4"])
+        plan = gk.split_plan(pa.spec, pb.spec)
+        c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
+        key = f"{m}x{n}x{k}"
+        for cfg, nreg in (((128, 128, 128, 8, 8, 3), None), ((128, 128, 64, 8, 8, 3), 128)):
+            for parts in (3, 1, 2):
+                if left() < 30:
+                    return
+                try:
+                    t = ms(lambda: gw.launch(pa, pb, c, m, n, k, plan, cfg, nreg, parts))
+                except Exception as exc:
+                    RES["errors"].append(f"gemm_wgmma_parts {key} {cfg} {parts}: {exc!r}")
+                    continue
+                tf = 2 * m * n * k / t / 1e9
+                row = dict(shape=key, cfg=list(cfg), maxnreg=nreg, parts=parts, ms=t, tflops=tf,
+                           vs_cublas_bf16=tf / bf[key]["tflops"] if key in bf else None)
+                RES.setdefault("gemm_wgmma_parts", []).append(row)
+                log(row)
+        save()
+
+
 GEMM_IMPL_LABEL = {"triton": "triton", "dequant": "dequant+cuBLAS", "fp8": "E4M3+cuBLAS FP8"}
 
 
@@ -973,7 +1009,7 @@ def main():
              gemm_epilogue,
              decode_layout,
              layer_profiles, peers,
-             gemm_bench, gemm_variants, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
+             gemm_bench, gemm_variants, gemm_wgmma_parts, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]
     for s in steps:

@@ -1,16 +1,21 @@
 """The Gluon packed GEMM (kernels/gemm_wgmma.py) without a GPU: it compiles for sm_90a with
 this Triton (Gluon's API moves between releases; the device runs Triton 3.6), its MMAs are
 asynchronous wgmma with one step left in flight, nothing spills, and gemm routes to it only
-where it applies. Its results are checked on the GPU (tests/gpu/test_kernels_gpu.py)."""
+where it applies. Its results are checked on the GPU (tests/gpu/test_kernels_gpu.py).
 
+The compiles run in a child process with a fresh Triton cache: in this one the CPU tiers have
+run kernels under TRITON_INTERPRET=1, whose patches of triton.language break a later real
+compile, and a warm cache would hide that (it hands back the binary without compiling)."""
+
+import json
 import os
-import re
 import subprocess
+import sys
 import tempfile
 
 import pytest
 import torch
-import triton
+
 from fourcast.kernels import gemm as gk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
@@ -19,31 +24,65 @@ from fourcast.kernels.utils import parse_fmt
 gemm_wgmma = pytest.importorskip("fourcast.kernels.gemm_wgmma", reason="this Triton has no Gluon")
 F = testing.FORMATS
 
+_CHILD = r"""
+import json, os, re, subprocess, sys, tempfile
+import triton
+from fourcast.kernels import gemm as gk, gemm_wgmma as gw, testing
+from fourcast.kernels.utils import parse_fmt
 
-def _tool(name: str, cubin: bytes, *args) -> str:
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+fa, fb, cfg, parts = json.loads(sys.argv[1])
+a, b = parse_fmt(testing.FORMATS[fa]), parse_fmt(testing.FORMATS[fb])
+k = gw.compile_sm90(a, b, gk.split_plan(a, b), tuple(cfg), parts=parts)
+bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+
+def tool(name, *args):
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
+        f.write(k.asm["cubin"])
         f.flush()
-        return subprocess.run([tool, *args, f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([os.path.join(bin_dir, name), *args, f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+ptx = k.asm["ptx"]
+hgmma = [ln for ln in tool("nvdisasm", "-c").splitlines() if "HGMMA" in ln]
+print(json.dumps(dict(
+    wgmma="wgmma.mma_async" in ptx, waits=re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx),
+    st_shared="st.shared" in ptx, prmt="prmt" in ptx, shared=k.metadata.shared,
+    local=int(re.search(r"LOCAL:(\d+)", tool("cuobjdump", "-res-usage")).group(1)),
+    hgmma=len(hgmma), hgmma_waiting=sum("gsb0" in ln for ln in hgmma))))
+"""
+
+
+def _compiled(pair, cfg, parts=3) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory() as cache:
+        env["TRITON_CACHE_DIR"] = cache
+        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([*pair, list(cfg), parts])],
+                             capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("pair,cfg", [(("nvfp4", "nvfp4-2d"), (128, 128, 128, 8, 8, 3)),
                                       (("mxfp4", "mxfp4"), (128, 128, 64, 8, 8, 3)),
                                       (("ue5m3", "ue5m3"), (128, 128, 128, 8, 8, 3))])
 def test_compiles_for_sm90_with_async_wgmma_and_no_spills(pair, cfg):
-    a, b = (parse_fmt(F[f]) for f in pair)
-    k = gemm_wgmma.compile_sm90(a, b, gk.split_plan(a, b), cfg)
-    ptx = k.asm["ptx"]
-    assert "wgmma.mma_async" in ptx
+    k = _compiled(pair, cfg)
+    assert k["wgmma"]
     # inside the loop: wait until only the step just issued (two wgmma groups) is in flight
-    assert "2" in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)
-    assert k.metadata.shared == 4 * cfg[5] * 128 * cfg[2] // 2 * 2  # lo + hi, A + B, 16-bit, per slot
-    assert int(re.search(r"LOCAL:(\d+)", _tool("cuobjdump", k.asm["cubin"], "-res-usage")).group(1)) == 0
+    assert "2" in k["waits"]
+    assert k["shared"] == 4 * cfg[5] * 128 * cfg[2] // 2 * 2  # lo + hi, A + B, 16-bit, per slot
+    assert k["local"] == 0
     # ptxas chains the wgmmas of a group: only each group's last HGMMA waits on the scoreboard
     # (when it serialises them, as it did before the wait on the zeroed accumulator, all do)
-    hgmma = [ln for ln in _tool("nvdisasm", k.asm["cubin"], "-c").splitlines() if "HGMMA" in ln]
-    assert 0 < sum("gsb0" in ln for ln in hgmma) < len(hgmma)
+    assert 0 < k["hgmma_waiting"] < k["hgmma"]
+
+
+def test_the_timing_parts_leave_out_what_they_say():
+    """PARTS 1 (decode side only) issues no wgmma; PARTS 2 (MMA side only) decodes nothing."""
+    decode_only = _compiled(("nvfp4", "nvfp4"), (128, 128, 64, 8, 8, 3), parts=1)
+    mma_only = _compiled(("nvfp4", "nvfp4"), (128, 128, 64, 8, 8, 3), parts=2)
+    assert not decode_only["wgmma"] and decode_only["st_shared"]
+    assert mma_only["wgmma"] and not mma_only["prmt"]  # no table decode
 
 
 def test_gemm_off_hopper_takes_the_split_kernel(monkeypatch):
