@@ -120,7 +120,7 @@ pub struct EmulCost {
     pub sr16_s_per_elem: f64,
     /// Per input element of a call's amax pass (two-level formats measuring their amax).
     pub amax_s_per_elem: f64,
-    /// Per strip-kernel tile of a call that records the amax in-kernel (single-level formats).
+    /// Per strip-kernel program of a call that records the amax in-kernel (single-level formats).
     pub amax_tile_s: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,

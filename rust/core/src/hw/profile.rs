@@ -191,8 +191,9 @@ pub struct Emulation {
     /// formats, refresh 1; absent: 0, the per-element terms then carry it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_amax_ns_per_elem: Option<Num>,
-    /// Per tile of the strip kernel in calls that record the amax in-kernel (single-level
-    /// block formats: two atomics per tile on the same two words; absent: 0).
+    /// Per strip-kernel program in calls that record the amax in-kernel (single-level block
+    /// formats: two atomics per program on the same two words; a program takes one or more
+    /// tiles, ops.rs `in_kernel_amax_programs`; absent: 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_amax_tile_ns: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
