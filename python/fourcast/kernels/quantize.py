@@ -521,17 +521,9 @@ def _dequantize_kernel(CODES, SCALES, TS, OUT, M, K, s_m, s_k,
     m = pid_m * BM + tl.arange(0, BM)[:, None]
     k = pid_k * BK + tl.arange(0, BK)[None, :]
     inb = (m < M) & (k < K)
-    if ASM != "":
-        _dequantize_lut(CODES, SCALES, OUT, M, K, m, k, inb, pid_m, pid_k, s_m, s_k, S_EMIN, S_MBITS, SCALE, B,
-                        TILE2D, NANB, BM, BK, ASM)
-        return
     if BITS == 4:
         k2 = pid_k * (BK // 2) + tl.arange(0, BK // 2)[None, :]
-        byte = tl.load(CODES + m * (K // 2) + k2, mask=(m < M) & (k2 < K // 2), other=0).to(tl.int32)
-        c = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BM, BK))
-    else:
-        c = tl.load(CODES + m * K + k, mask=inb, other=0).to(tl.int32)
-    v = _decode(c, EMIN, MBITS, FIXED, TWOS, BITS, FP8)
+        byte = tl.load(CODES + m * (K // 2) + k2, mask=(m < M) & (k2 < K // 2), other=0)
     if SCALE != 0:
         if TILE2D:  # one byte per 16 x 16 tile: [BM / 16, BK / 16]
             mt = pid_m * (BM // 16) + tl.arange(0, BM // 16)[:, None]
@@ -540,7 +532,22 @@ def _dequantize_kernel(CODES, SCALES, TS, OUT, M, K, s_m, s_k,
         else:  # one byte per block of B along the row: [BM, BK / B]
             kb = pid_k * (BK // B) + tl.arange(0, BK // B)[None, :]
             sb = tl.load(SCALES + m * (K // B) + kb, mask=(m < M) & (kb < K // B), other=0)
-        v = v * _expand(_scale_f32(sb, SCALE, S_EMIN, S_MBITS, NANB), BM, BK, B, TILE2D)
+        sv = _scale_f32(sb, SCALE, S_EMIN, S_MBITS, NANB)
+    if ASM != "":  # the low- and high-nibble values of the code bytes times their block's
+        # scale (exact in bf16: <= 4 significant bits; a block of B elements is B / 2 bytes)
+        s = _expand(sv.to(tl.bfloat16), BM, BK // 2, B // 2, TILE2D, 8)
+        lo, hi = tl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [byte, s],
+                                           dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+        tl.store(OUT + m * s_m + k * s_k, tl.reshape(tl.join(lo, hi), (BM, BK)), mask=inb)
+        return
+    if BITS == 4:
+        c = byte.to(tl.int32)
+        c = tl.reshape(tl.join(c & 0xF, c >> 4), (BM, BK))
+    else:
+        c = tl.load(CODES + m * K + k, mask=inb, other=0).to(tl.int32)
+    v = _decode(c, EMIN, MBITS, FIXED, TWOS, BITS, FP8)
+    if SCALE != 0:
+        v = v * _expand(sv, BM, BK, B, TILE2D)
     if not UNSCALED:
         v = tl.math.div_rn(v, tl.broadcast_to(tl.load(TS), v.shape))
     tl.store(OUT + m * s_m + k * s_k, _cast_out(v, OUT, RNE_BF16), mask=inb)
@@ -559,29 +566,6 @@ def _scale_f32(sb, SCALE: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.conste
     else:
         sv = _decode(b, S_EMIN, S_MBITS, False, False, 9, 0)
     return tl.where(b == NANB, float("nan"), sv)
-
-
-@triton.jit
-def _dequantize_lut(CODES, SCALES, OUT, M, K, m, k, inb, pid_m, pid_k, s_m, s_k, S_EMIN: tl.constexpr,
-                    S_MBITS: tl.constexpr, SCALE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
-                    NANB: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, ASM: tl.constexpr):
-    """_dequantize_kernel's table decode (its ASM): code bytes [BM, BK / 2] -> the low- and
-    high-nibble values times their block scales (bf16), interleaved back into [BM, BK]."""
-    k2 = pid_k * (BK // 2) + tl.arange(0, BK // 2)[None, :]
-    byte = tl.load(CODES + m * (K // 2) + k2, mask=(m < M) & (k2 < K // 2), other=0)
-    if TILE2D:  # one byte per 16 x 16 tile: [BM / 16, BK / 16]
-        mt = pid_m * (BM // 16) + tl.arange(0, BM // 16)[:, None]
-        kt = pid_k * (BK // 16) + tl.arange(0, BK // 16)[None, :]
-        sb = tl.load(SCALES + mt * (K // 16) + kt, mask=(mt < (M + 15) // 16) & (kt < K // 16), other=0)
-    else:
-        kb = pid_k * (BK // B) + tl.arange(0, BK // B)[None, :]
-        sb = tl.load(SCALES + m * (K // B) + kb, mask=(m < M) & (kb < K // B), other=0)
-    sv = _scale_f32(sb, SCALE, S_EMIN, S_MBITS, NANB).to(tl.bfloat16)  # exact: <= 4 significant bits
-    # per-block scales over the code bytes: a block of B elements is B / 2 bytes
-    s = _expand(sv, BM, BK // 2, B // 2, TILE2D, 8)
-    lo, hi = tl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [byte, s], dtype=(tl.bfloat16, tl.bfloat16),
-                                       is_pure=True, pack=4)
-    tl.store(OUT + m * s_m + k * s_k, tl.reshape(tl.join(lo, hi), (BM, BK)), mask=inb)
 
 
 @triton.jit
@@ -954,10 +938,10 @@ def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int
                 grid=(_cdiv(R, br * iters), _cdiv(C, bc)), consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     if fresh and route == "strip":
-        br0, bc0, iters = strip.amax_config(br, bc, interp)
-        plan["amax"] = ((_cdiv(R, br0 * iters), _cdiv(C, bc0)),
+        br0, bc0, amax_iters = strip.amax_config(br, bc, interp)
+        plan["amax"] = ((_cdiv(R, br0 * amax_iters), _cdiv(C, bc0)),
                         dict(RN_R=rn, LOG2N_R=l_r, NORM_R=rht_norm(rn), RN_C=rnc, LOG2N_C=l_c, NORM_C=rht_norm(rnc),
-                             BR=br0, BC=bc0, ITERS=iters, num_warps=1))
+                             BR=br0, BC=bc0, ITERS=amax_iters, num_warps=1))
     elif fresh:
         plan["amax"] = (plan["grid"], dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False))
     if not CONFIG_OVERRIDE:
