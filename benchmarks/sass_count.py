@@ -98,7 +98,7 @@ def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unsc
     c.update(MODE_R=mode, MODE_C=mode, FUSE_AMAX=False, CODES_R_ON=codes[0], XHAT_R_ON=xhat[0],
              CODES_C_ON=codes[1], XHAT_C_ON=xhat[1], UNSCALED=unscaled, RN_R=0, LOG2N_R=0, NORM_R=1.0,
              RN_C=rn_c, LOG2N_C=rn_c.bit_length() - 1 if rn_c else 0, NORM_C=qk.rht_norm(rn_c), RNE_BF16=False,
-             BR=br, BC=bc)
+             BR=br, BC=bc, SEED_PTR=False, ITERS=1)  # ITERS 1: the count is one tile's work
     sig = dict(RC_PTRS, R="i32", C="i32", seed="i64", offset_r="i64", offset_c="i64", **{k: "constexpr" for k in c})
     n = _count(_sass(sk._strip_kernel, sig, c, warps))
     out = "+".join(n for n, on in (("codes", any(codes)), ("x_hat" + (" unscaled" if unscaled else ""), any(xhat)))
@@ -127,6 +127,7 @@ def main() -> None:
     if not args.quick:
         rows.append(strip("e2m1/ue5m3/16/te", "rtne", codes=(False, True), xhat=(True, False), unscaled=True))
         rows.append(strip("e2m1/ue5m3/16/te", "sr", codes=(False, False), xhat=(True, True), unscaled=True))
+        rows.append(strip("e2m1/ue5m3/16/te", "sr16", codes=(False, False), xhat=(True, True), unscaled=True))
         rows.append(strip("e2m1/e4m3/16/te", "sr", codes=(False, False), xhat=(True, True), unscaled=True, rn_c=16))
         rows.append(strip("e2m1/ue8m0/32/floor", "rtne"))
     if args.json:

@@ -48,16 +48,16 @@ def _interleave4(w0, w1, w2, w3):
 
 @triton.jit
 def _group_uniforms(w0, w1, w2, w3, G: tl.constexpr):
-    """[.., n] Philox words x 4 -> [.., n, G] uniforms: G = 4 ("sr4"): [.., j, a] is w_a
-    as tl.rand's uniform; G = 16 ("sr16"): [.., j, 4a + b] is byte b (from the low end)
-    of w_a as (byte + 0.5) / 256 (rng::rand_x4, rng::rand_x16)."""
+    """[.., n] Philox words x 4 -> [.., n, G] draws: G = 4 ("sr4"): [.., j, a] is w_a as
+    tl.rand's uniform; G = 16 ("sr16"): [.., j, 4a + b] is byte b (from the low end) of
+    w_a, an int32 that stands for the uniform (byte + 0.5) / 256 (rng::rand_x4,
+    rng::rand_x16): quantize._round_elem rounds with it in integers, no float uniform."""
     if G == 4:
         u = _interleave4(tl.uint_to_uniform_float(w0), tl.uint_to_uniform_float(w1),
                          tl.uint_to_uniform_float(w2), tl.uint_to_uniform_float(w3))
     else:
         ws = tl.expand_dims(_interleave4(w0, w1, w2, w3), len(w0.shape) + 1)  # [.., n, 4, 1]
-        b = (ws >> (tl.arange(0, 4) * 8).to(tl.uint32)) & 0xFF  # [.., n, 4, 4]
-        u = (b.to(tl.float32) + 0.5) * (1.0 / 256.0)
+        u = ((ws >> (tl.arange(0, 4) * 8).to(tl.uint32)) & 0xFF).to(tl.int32)  # [.., n, 4, 4]
         u = tl.reshape(u, u.shape[:-2] + [16])
     return u
 
@@ -100,9 +100,15 @@ def rand(n: int, seed: int, offset: int = 0, device="cuda"):
 
 @triton.jit
 def _group_tile_kernel(OUT_R, OUT_C, seed, offset, M, K, BM: tl.constexpr, BK: tl.constexpr, G: tl.constexpr = 4):
-    """Test helper: the "sr4" (G = 16: "sr16") uniforms of tile (1, 1) of a (M, K) layout
-    into OUT_R and of its (K, M) transpose into OUT_C, both [BM, BK] in the (M, K) orientation."""
+    """Test helper: the "sr4" (G = 16: "sr16", as (byte + 0.5) / 256) uniforms of tile (1, 1)
+    of a (M, K) layout into OUT_R and of its (K, M) transpose into OUT_C, both [BM, BK] in
+    the (M, K) orientation."""
     m = BM + tl.arange(0, BM)[:, None]
     k = BK + tl.arange(0, BK)[None, :]
-    tl.store(OUT_R + (m - BM) * BK + (k - BK), sr_uniform_group(seed, m, BK, K, offset, BM, BK, G))
-    tl.store(OUT_C + (m - BM) * BK + (k - BK), sr_uniform_group_t(seed, BM, k, M, offset, BM, BK, G))
+    u_r = sr_uniform_group(seed, m, BK, K, offset, BM, BK, G)
+    u_c = sr_uniform_group_t(seed, BM, k, M, offset, BM, BK, G)
+    if G == 16:
+        u_r = (u_r.to(tl.float32) + 0.5) * (1.0 / 256.0)
+        u_c = (u_c.to(tl.float32) + 0.5) * (1.0 / 256.0)
+    tl.store(OUT_R + (m - BM) * BK + (k - BK), u_r)
+    tl.store(OUT_C + (m - BM) * BK + (k - BK), u_c)
