@@ -17,6 +17,15 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   written, per rotated element in calls with SR (split / transposing kernels) and in calls
   without (the strip kernel), per stochastically rounded element), least squares weighted
   by calls, on the quantize ops of QUANT_FIT; QUANT_HELD_OUT are predicted, not fitted.
+  These runs must be one-tile runs (below).
+- prefetch: `emulation.triton_quant_prefetch_saving_ns_per_elem` (--prefetch-fit): what a
+  strip program of several row tiles saves per overlapped element written (ITERS - 1 of
+  ITERS tiles), fitted on the per-call drop of the same row+col calls from a run with one
+  tile a program to a run with several (least squares weighted by calls).
+
+Strip programs: training-h200 runs up to 14 ran one row tile a strip program (`strip_iters_of`
+tags their profiles, as project.project(strip_iters=1) does); later runs the kernel since
+session 10 (kernels/strip.py strip_iters: up to 4).
 
 --measure gpu fits and checks against GPU time: the profile's "gpu_ops" (the ops of the
 timeline step, each with the GPU time of the kernels it launched; runs recorded with
@@ -53,8 +62,34 @@ def run_dir(recipe: str) -> pathlib.Path:
     return ROOT / "benchmarks/results" / recipe if "/" in recipe else RUNS / recipe
 
 
+STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
+
+
+def strip_iters_of(path: pathlib.Path | str) -> int | None:
+    """The most row tiles a strip program took in a committed run: 1 for training-h200 runs
+    up to 14 (before session 10's multi-tile kernel); None (the model's default, the current
+    kernel's) for later ones."""
+    m = re.search(r"training-h200-run(\d+)(/|$)", pathlib.Path(path).as_posix())
+    return 1 if m and int(m.group(1)) <= 14 else None
+
+
+# Per-call GPU means (ms) of run 15's ue5m3 row+col calls (every strip call took up to four
+# tiles; for ue5m3 the same rule as the final one): its profile was not kept, these are
+# quoted in training-h200.md ("Runs 14-16"), as means of the same calls as run 14's.
+RECORDED_MS = {
+    "training-h200-run15/125m/ue5m3+sr16": {
+        ("fprop.x+wgrad.x", 32768, 768): 0.0708, ("fprop.x+wgrad.x", 32768, 2304): 0.1887,
+        ("dgrad.dy+wgrad.dy", 32768, 768): 0.0876, ("dgrad.dy+wgrad.dy", 32768, 2304): 0.2512,
+        ("dgrad.dy+wgrad.dy", 32768, 4608): 0.4914,
+    },
+}
+
+
 def profile(recipe: str) -> dict:
     prof = P.load_profile(run_dir(recipe))
+    iters = strip_iters_of(run_dir(recipe))
+    if iters is not None:
+        prof["strip_iters"] = iters
     if MEASURE == "events":
         return prof
     if not prof.get("gpu_ops"):
@@ -68,11 +103,35 @@ QUANT_TERMS = ("triton_quant_call_us", "triton_quant_ns_per_elem", "triton_quant
                "triton_quant_amax_tile_ns")  # quant_features' columns
 
 
-def quant_features(q: dict) -> list[float]:
+def strip_tiles(q: dict, max_iters: int) -> tuple[float, float]:
+    """(tiles, row tiles a program) of a call's strip kernel, as ops.rs strip_tiles counts them
+    (kernels/strip.py strip_config and strip_iters)."""
+    outs = q["outputs"]
+    strip = not any(o.get("sr") for o in outs)
+    block = max(o["format"]["block"] for o in outs)
+    rows = max(block, 16, *(o["rht"] for o in outs[1:]))
+    tiles = q["numel"] / (rows * max(64 if strip else 32, outs[0]["rht"]))
+    iters = float(max_iters) if rows == 16 and not any(o["rht"] for o in outs) else 1.0
+    while iters > 1 and tiles // iters < 4096:
+        iters /= 2
+    return tiles, iters
+
+
+def overlapped_elems(q: dict, max_iters: int) -> float:
+    """Elements written by a row+col call whose tile loads overlapped the previous tile's
+    quantize (ITERS - 1 of ITERS tiles a program), as ops.rs counts them."""
+    if len(q["outputs"]) != 2:
+        return 0.0
+    copies = sum(2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"])
+    return float(q["numel"]) * copies * (1 - 1 / strip_tiles(q, max_iters)[1])
+
+
+def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
     """[1, elements written, rotated with SR, rotated without SR (strip kernel), rounded "sr",
     rounded "sr4", rounded "sr16", amax-pass elements, in-kernel amax programs] of a quantize
     op, as Rust counts them (the amax pass: refresh 1 and a format with a tensor scale; in-kernel
-    amax: formats without one, two atomics per strip program, ops.rs in_kernel_amax_programs)."""
+    amax: formats without one, two atomics per strip program, ops.rs in_kernel_amax_programs).
+    max_iters: the most row tiles a strip program took (1 in runs up to 14)."""
     n = float(q["numel"])
     copies = [2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"]]
     rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o["rht"] > 0)
@@ -88,12 +147,7 @@ def quant_features(q: dict) -> list[float]:
     single = all(o["format"].get("block") and o["format"]["scale"] not in ("e4m3", "ue5m3", "fp32") for o in outs)
     programs = 0.0
     if single and q.get("refresh", 1) == 1:  # given, or recorded by nobody ("none"): no atomics
-        block = max(o["format"]["block"] for o in outs)
-        rows = max(block, 16, *(o["rht"] for o in outs[1:]))
-        tiles = n / (rows * max(64 if strip else 32, outs[0]["rht"]))
-        iters = 4.0 if rows == 16 and not any(o["rht"] for o in outs) else 1.0  # strip.strip_iters
-        while iters > 1 and tiles // iters < 4096:
-            iters /= 2
+        tiles, iters = strip_tiles(q, max_iters)
         programs = tiles / iters
     return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, sr, sr4, sr16,
             n if measures else 0.0, programs]
@@ -102,11 +156,15 @@ def quant_features(q: dict) -> list[float]:
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     X, y, w = [], [], []
     prof = profile(recipe)
+    iters = prof.get("strip_iters", STRIP_ITERS)
     for op in prof["ops"]:
         if op["kind"] != "quantize":
             continue
         for _, q, calls in P.model_ops({**prof, "ops": [op]}):
-            X.append(quant_features(q))
+            if overlapped_elems(q, iters):
+                raise SystemExit(f"{recipe}: strip programs of several tiles; --quant-fit takes one-tile runs "
+                                 "(runs up to 14), --prefetch-fit the rest")
+            X.append(quant_features(q, iters))
             y.append(float(op["ms_per_call"]) * 1e-3)
             w.append(calls)
     return np.array(X), np.array(y), np.array(w)
@@ -130,6 +188,44 @@ def fit_quant() -> dict[str, float]:
     full = dict(zip(cols, coef))
     return {QUANT_TERMS[j]: round(full.get(j, 0.0) * (1e6 if j == 0 else 1e9), 2 if j == 0 else 5)
             for j in exercised}
+
+
+def row_col_ms(recipe: str) -> dict[tuple, tuple[float, float, dict]]:
+    """{(operand, rows, cols): (calls per step, ms per call, model op)} of a run's row+col
+    quantize calls, or (calls 0) the per-call means RECORDED_MS quotes for a run without a profile."""
+    if recipe in RECORDED_MS:
+        return {k: (0.0, ms, {}) for k, ms in RECORDED_MS[recipe].items()}
+    prof = profile(recipe)
+    out: dict[tuple, tuple[float, float, dict]] = {}
+    for op in prof["ops"]:
+        if op["kind"] == "quantize" and "+" in op["operand"]:
+            (_, q, _), = P.model_ops({**prof, "ops": [op]})
+            key = (op["operand"], op["rows"], op["cols"])
+            calls, ms, _ = out.get(key, (0.0, 0.0, q))
+            c = float(op["calls_per_step"])
+            out[key] = (calls + c, (ms * calls + op["ms_per_call"] * c) / (calls + c), q)
+    return out
+
+
+def fit_prefetch(pairs: list[tuple[str, str]]) -> float:
+    """`triton_quant_prefetch_saving_ns_per_elem` from (one-tile run, multi-tile run) pairs of
+    the same calls: least squares of each call's drop in GPU time (ms per call) against its
+    overlapped elements, weighted by the one-tile run's calls."""
+    x, y, w = [], [], []
+    for one, multi in pairs:
+        if strip_iters_of(run_dir(one)) != 1 or strip_iters_of(run_dir(multi)) == 1:
+            raise SystemExit(f"--prefetch-fit {one}:{multi}: the first run must be a one-tile run, the second not")
+        a, b = row_col_ms(one), row_col_ms(multi)
+        for key, (calls, ms, q) in a.items():
+            elems = overlapped_elems(q, STRIP_ITERS)
+            if key in b and elems:
+                x.append(elems)
+                y.append((ms - b[key][1]) * 1e-3)
+                w.append(calls)
+                print(f"  prefetch {key[0]} {key[1]}x{key[2]}: {ms * 1e3:.1f} -> {b[key][1] * 1e3:.1f} us, "
+                      f"{(ms - b[key][1]) * 1e-3 / elems * 1e12:.3f} ps per overlapped element")
+    x, y, w = map(np.array, (x, y, w))
+    return max(0.0, float(np.sum(w * x * y) / np.sum(w * x * x)) * 1e9)
 
 
 def class_ms(hw: fchw.Hardware, recipe: str, cls: str) -> tuple[float, float]:
@@ -218,6 +314,9 @@ def main() -> None:
                     help="comma-separated runs of --runs whose quantize ops are fitted (the other FP4 runs are held out)")
     ap.add_argument("--lt-fit", default="",
                     help="comma-separated runs (as --quant-fit) whose GEMM class fits cublaslt_gemm_time_factor")
+    ap.add_argument("--prefetch-fit", default="",
+                    help="comma-separated ONE:MULTI pairs of runs (as --quant-fit: a one-tile run, a run of the "
+                         "multi-tile strip kernel) whose row+col calls fit triton_quant_prefetch_saving_ns_per_elem")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     ap.add_argument("--quant-only", action="store_true",
                     help="fit (and write) only the quantizer terms; attention and GEMM terms stay as the file has them")
@@ -240,6 +339,12 @@ def main() -> None:
     quant = fit_quant()
     for key, v in quant.items():
         hw = hw.set(f"emulation.{key}", v)
+    prefetch_fit = [tuple(p.split(":")) for p in args.prefetch_fit.split(",") if p]
+    if prefetch_fit:
+        prefetch = round(fit_prefetch(prefetch_fit), 6)
+        hw = hw.set("emulation.triton_quant_prefetch_saving_ns_per_elem", prefetch)
+        print(f"triton_quant_prefetch_saving_ns_per_elem {prefetch} (the row+col calls of "
+              f"{', '.join(m for _, m in prefetch_fit)} against {', '.join(o for o, _ in prefetch_fit)})")
     lt_fit = tuple(r for r in args.lt_fit.split(",") if r)
     if lt_fit:
         lt = round(fit_cublaslt(hw, lt_fit), 3)
@@ -274,6 +379,14 @@ def main() -> None:
                                            "FP4 runs held out)"),
         }
         fitted = ", ".join(f if "/" in f else f"{run}/{f}" for f in QUANT_FIT)
+        if prefetch_fit:
+            quoted = any(m in RECORDED_MS for _, m in prefetch_fit)
+            others["triton_quant_prefetch_saving_ns_per_elem"] = (
+                prefetch, f"{tool} (GPU time of the row+col quantize calls of "
+                          f"{', '.join(f'{m} against {o}' for o, m in prefetch_fit)}"
+                          f"{' (the per-call means training-h200.md quotes: no profile kept)' if quoted else ''}"
+                          ": the same calls with one row tile a strip program and with several; the rest held out: "
+                          "projection-h200.md, session 11)")
         if lt_fit:
             others["cublaslt_gemm_time_factor"] = (lt, f"{tool} ({timed} of the GEMM ops of "
                                                    f"{', '.join(f if '/' in f else f'{run}/{f}' for f in lt_fit)}: "

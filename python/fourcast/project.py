@@ -208,12 +208,15 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
     ``"impl": "torch-cublaslt"``, whose kernels run faster than torch's for the same shape)
     or, in runs before session 7, an FP32 product and a scale/cast pass after it, so it is
     priced as that. The costs are the H200 file's ``[emulation]`` table, fitted by
-    benchmarks/calibration/fit_emulation.py."""
+    benchmarks/calibration/fit_emulation.py. A profile's "strip_iters" (set by `project`'s
+    argument: profiles do not record it) is the most row tiles a strip-kernel program took;
+    absent, the model's default, the kernel's since session 10 (4)."""
     out: list[tuple[str, dict, float]] = []
+    iters = {"strip_iters": int(prof["strip_iters"])} if prof.get("strip_iters") else {}
     for op in prof["ops"]:
         for cls, o, calls in model_ops({**prof, "ops": [op]}):
             if cls == "quantize":
-                o = {**o, "impl": "fourcast-triton"}
+                o = {**o, "impl": "fourcast-triton", **iters}
             elif cls == "gemm":
                 emulated = op.get("path", "torch") in ("fused", "dequant", "fake")
                 if emulated:
@@ -292,14 +295,21 @@ def _bandwidth(hw: fchw.Hardware) -> float:
 
 
 def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterable[str] = (),
-            *, correct: bool = True, base: str = "h200", other_from: str | pathlib.Path | None = None) -> Report:
+            *, correct: bool = True, base: str = "h200", other_from: str | pathlib.Path | None = None,
+            strip_iters: int | None = None) -> Report:
     """Forecast a measured run on each target (and each target with `native` features).
+
+    `strip_iters`: the most row tiles a program of the run's strip quantizer took, for the
+    H200 check of the run (`as_measured`); None: the current kernel's. Runs recorded before
+    the multi-tile strip kernel (training-h200 runs up to 14) took 1.
 
     `other_from`: a BF16 run of the same model and batch whose unmodelled 'other' time
     (norms, activations, loss, launch gaps) replaces this run's: an emulated FP4 run's
     'other' also holds the emulation's host overhead, which native hardware would not pay.
     """
     prof = load_profile(run_dir)
+    if strip_iters is not None:
+        prof["strip_iters"] = strip_iters
     targets = [t.strip() for t in targets if t.strip()]
     valid = fchw.names()
     for t in targets:

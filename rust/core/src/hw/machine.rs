@@ -122,6 +122,9 @@ pub struct EmulCost {
     pub amax_s_per_elem: f64,
     /// Per strip-kernel program of a call that records the amax in-kernel (single-level formats).
     pub amax_tile_s: f64,
+    /// Saved per element written whose tile's load overlapped the previous tile's quantize
+    /// (strip programs of several row tiles).
+    pub prefetch_saving_s_per_elem: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -276,6 +279,10 @@ impl Hw {
                     .map_or(0.0, |n| n.value * 1e-9),
                 amax_tile_s: e
                     .triton_quant_amax_tile_ns
+                    .as_ref()
+                    .map_or(0.0, |n| n.value * 1e-9),
+                prefetch_saving_s_per_elem: e
+                    .triton_quant_prefetch_saving_ns_per_elem
                     .as_ref()
                     .map_or(0.0, |n| n.value * 1e-9),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,

@@ -146,6 +146,11 @@ pub enum Op {
         /// Hopper run; targets are never priced this way).
         #[serde(default, rename = "impl")]
         implementation: Option<String>,
+        /// With "fourcast-triton": the most row tiles a strip-kernel program takes
+        /// (kernels/strip.py `STRIP_ITERS`); absent: 4, the kernel since session 10; 1: the
+        /// one-tile kernel that training-h200 runs up to 14 ran.
+        #[serde(default)]
+        strip_iters: Option<u32>,
     },
     Attention {
         batch: f64,
@@ -177,6 +182,9 @@ fn emulation(hw: &Hw) -> Result<EmulCost> {
     })
 }
 
+/// kernels/strip.py's `STRIP_ITERS`: the most row tiles a strip program takes (since session 10).
+const STRIP_ITERS: u32 = 4;
+
 /// Seconds of one call of fourcast's Triton quantizer, when `implementation` asks for it.
 fn emulated_quant_s(
     hw: &Hw,
@@ -184,6 +192,7 @@ fn emulated_quant_s(
     numel: f64,
     outs: &[QuantOut],
     refresh: u32,
+    max_iters: u32,
 ) -> Result<Option<f64>> {
     match implementation {
         None | Some("vendor") => Ok(None),
@@ -224,6 +233,14 @@ fn emulated_quant_s(
             } else {
                 e.strip_rht_s_per_elem
             };
+            // A row+col call's strip programs of several tiles load the next tile while
+            // they quantize the current one: ITERS - 1 of ITERS tiles overlap.
+            let (_, iters) = strip_tiles(numel, outs, sr_any, max_iters);
+            let overlapped = if outs.len() == 2 {
+                elems * (1.0 - 1.0 / iters)
+            } else {
+                0.0 // one copy: kernels/quantize.py's row kernel, not the strip kernel
+            };
             Ok(Some(
                 e.call_s
                     + elems * e.s_per_elem
@@ -233,10 +250,11 @@ fn emulated_quant_s(
                     + stochastic16 * e.sr16_s_per_elem
                     + amax * e.amax_s_per_elem
                     + if refresh == 1 {
-                        in_kernel_amax_programs(numel, outs, sr_any) * e.amax_tile_s
+                        in_kernel_amax_programs(numel, outs, sr_any, max_iters) * e.amax_tile_s
                     } else {
                         0.0 // the amax is given, or not recorded (QLinear's row+col calls)
-                    },
+                    }
+                    - overlapped * e.prefetch_saving_s_per_elem,
             ))
         }
         Some(other) => Err(Error::unknown(
@@ -248,15 +266,33 @@ fn emulated_quant_s(
     }
 }
 
+/// (tiles, row tiles a program) of a call's strip kernel. The tile is kernels/strip.py's
+/// `strip_config`: rows = the column block or the column copy's RHT (at least 16), columns
+/// = 32 with SR (64 without) or the row copy's RHT. A program takes `strip_iters` tiles:
+/// 16-row tiles without an RHT up to `max_iters` (`STRIP_ITERS`, 4), halved while fewer
+/// than 4096 programs would remain; the others one. outs: the row copy first, then the
+/// column copy.
+fn strip_tiles(numel: f64, outs: &[QuantOut], sr: bool, max_iters: u32) -> (f64, f64) {
+    let block = outs.iter().map(|o| o.fmt.block).max().unwrap_or(16);
+    let col_rht = outs.iter().skip(1).map(|o| o.rht).max().unwrap_or(0);
+    let rows = block.max(col_rht).max(16);
+    let cols = (if sr { 32 } else { 64 }).max(outs.first().map_or(0, |o| o.rht));
+    let tiles = numel / f64::from(rows * cols);
+    let mut iters = 1.0;
+    if rows == 16 && outs.iter().all(|o| o.rht == 0) {
+        iters = f64::from(max_iters.max(1));
+        while iters > 1.0 && (tiles / iters).floor() < 4096.0 {
+            iters /= 2.0;
+        }
+    }
+    (tiles, iters)
+}
+
 /// Strip-kernel programs of a call whose formats have no tensor scale: those record their
 /// amax in-kernel, two atomics per program on the same two words, which contend (training-h200
-/// run 9). The tile is kernels/strip.py's `strip_config`: rows = the column block or the
-/// column copy's RHT (at least 16), columns = 32 with SR (64 without) or the row copy's RHT.
-/// A program takes `strip_iters` tiles: 16-row tiles without an RHT up to 4, halved while
-/// fewer than 4096 programs would remain; the others one (the fitted cost, 0.915 ns, is per
-/// program: one tile each in the runs it came from). outs: the row copy first, then the
-/// column copy.
-fn in_kernel_amax_programs(numel: f64, outs: &[QuantOut], sr: bool) -> f64 {
+/// run 9). A program takes one or more tiles (`strip_tiles`; the fitted cost, 0.915 ns, is
+/// per program: one tile each in the runs it came from).
+fn in_kernel_amax_programs(numel: f64, outs: &[QuantOut], sr: bool, max_iters: u32) -> f64 {
     let single_level = !outs.is_empty()
         && outs
             .iter()
@@ -264,18 +300,7 @@ fn in_kernel_amax_programs(numel: f64, outs: &[QuantOut], sr: bool) -> f64 {
     if !single_level {
         return 0.0;
     }
-    let block = outs.iter().map(|o| o.fmt.block).max().unwrap_or(16);
-    let col_rht = outs.iter().skip(1).map(|o| o.rht).max().unwrap_or(0);
-    let rows = block.max(col_rht).max(16);
-    let cols = (if sr { 32 } else { 64 }).max(outs[0].rht);
-    let tiles = numel / f64::from(rows * cols);
-    let mut iters = 1.0;
-    if rows == 16 && outs.iter().all(|o| o.rht == 0) {
-        iters = 4.0;
-        while iters > 1.0 && (tiles / iters).floor() < 4096.0 {
-            iters /= 2.0;
-        }
-    }
+    let (tiles, iters) = strip_tiles(numel, outs, sr, max_iters);
     tiles / iters
 }
 
@@ -493,11 +518,12 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             refresh,
             src_bytes,
             implementation,
+            strip_iters,
         } => {
-            if *refresh == 0 || !(numel.is_finite() && *numel >= 0.0) {
+            if *refresh == 0 || !(numel.is_finite() && *numel >= 0.0) || *strip_iters == Some(0) {
                 return Err(Error::invalid(
                     Domain::Config,
-                    "quantize op: numel >= 0 and refresh >= 1 required",
+                    "quantize op: numel >= 0, refresh >= 1 and strip_iters >= 1 required",
                 ));
             }
             let mut outs = vec![];
@@ -541,8 +567,14 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 });
             }
             let q = quant_cost(hw, *numel, *src_bytes, &outs, *refresh);
-            let emulated =
-                emulated_quant_s(hw, implementation.as_deref(), *numel, &outs, *refresh)?;
+            let emulated = emulated_quant_s(
+                hw,
+                implementation.as_deref(),
+                *numel,
+                &outs,
+                *refresh,
+                strip_iters.unwrap_or(STRIP_ITERS),
+            )?;
             if let Some(t) = emulated {
                 detail.insert("emulation_s", t);
             }

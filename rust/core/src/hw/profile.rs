@@ -196,6 +196,12 @@ pub struct Emulation {
     /// tiles, ops.rs `in_kernel_amax_programs`; absent: 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_amax_tile_ns: Option<Num>,
+    /// Saving per element written in strip-kernel row+col calls whose programs take several
+    /// row tiles (16-row tiles without an RHT, kernels/strip.py `strip_iters`): a program
+    /// loads the next tile while it quantizes the current one, so (ITERS - 1) / ITERS of its
+    /// elements count; subtracted (ops.rs `strip_iters`; absent: 0, one tile a program).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_prefetch_saving_ns_per_elem: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
@@ -422,6 +428,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_amax_tile_ns",
                         &em.triton_quant_amax_tile_ns,
+                    ),
+                    (
+                        "emulation.triton_quant_prefetch_saving_ns_per_elem",
+                        &em.triton_quant_prefetch_saving_ns_per_elem,
                     ),
                     (
                         "emulation.cublaslt_gemm_time_factor",

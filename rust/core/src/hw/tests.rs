@@ -538,12 +538,13 @@ fn emulated_quantizer_is_monotone_and_never_below_vendor_price() {
 #[test]
 fn emulated_quantizer_prices_each_stochastic_copy() {
     // SR draws one Philox per element and copy: the fitted per-element SR term, no more.
+    // (One tile a strip program: SR's narrower tile would change the tiles a program takes.)
     let h = hw("h200");
     let e = h.emulation.unwrap();
     assert!(e.sr_s_per_elem > 0.0, "h200.toml fits an SR term");
     let op = |sr: &str| {
         format!(
-            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "sr": {sr}, "transposed_copy": true}}]}}"#
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "strip_iters": 1, "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "sr": {sr}, "transposed_copy": true}}]}}"#
         )
     };
     let rtne = op_time(&h, &parse_op(&op("false")).unwrap()).unwrap();
@@ -648,6 +649,41 @@ fn emulated_quantizer_prices_in_kernel_amax_atomics_per_strip_program() {
     );
     assert!((extra("mxfp4", false) - 512.0 * 0.9e-9).abs() < 1e-15);
     assert_eq!(extra("nvfp4", true), 0.0);
+}
+
+#[test]
+fn emulated_strip_programs_of_several_tiles_save_per_overlapped_element() {
+    // A row+col call on 16-row tiles without an RHT takes up to four tiles a program
+    // (kernels/strip.py strip_iters; the op's strip_iters, absent 4): ITERS - 1 of ITERS
+    // tiles overlap, each element of theirs saves the fitted term. One tile a program
+    // (strip_iters 1, the kernel of runs up to 14), an RHT, or one copy: no saving.
+    let h = h200_with(
+        "emulation.triton_quant_prefetch_saving_ns_per_elem",
+        "0.0002",
+    );
+    let zero = h200_with("emulation.triton_quant_prefetch_saving_ns_per_elem", "0.0");
+    assert!((h.emulation.unwrap().prefetch_saving_s_per_elem - 0.0002e-9).abs() < 1e-20);
+    let saved = |numel: f64, rht: u32, extra: &str, copies: usize| {
+        let out = format!(r#"{{"format": "nvfp4", "rht": {rht}}}"#);
+        let outs = vec![out; copies].join(", ");
+        let op = format!(
+            r#"{{"op": "quantize", "numel": {numel}, "impl": "fourcast-triton", "refresh": 10, "outputs": [{outs}]{extra}}}"#
+        );
+        let op = parse_op(&op).unwrap();
+        op_time(&zero, &op).unwrap().detail["emulation_s"]
+            - op_time(&h, &op).unwrap().detail["emulation_s"]
+    };
+    let n = 32768.0 * 2304.0; // 73728 tiles of 16 x 64: four a program
+    assert!((saved(n, 0, "", 2) - 2.0 * n * 0.75 * 0.0002e-9).abs() < 1e-15);
+    assert!((saved(n, 0, r#", "strip_iters": 4"#, 2) - saved(n, 0, "", 2)).abs() < 1e-18);
+    assert_eq!(saved(n, 0, r#", "strip_iters": 1"#, 2), 0.0);
+    assert_eq!(saved(n, 16, "", 2), 0.0);
+    assert_eq!(saved(n, 0, "", 1), 0.0);
+    // 12288 tiles: two a program keep 6144 >= 4096 programs, four would not.
+    let m = 12288.0 * 1024.0;
+    assert!((saved(m, 0, "", 2) - 2.0 * m * 0.5 * 0.0002e-9).abs() < 1e-15);
+    let bad = r#"{"op": "quantize", "numel": 1e6, "impl": "fourcast-triton", "strip_iters": 0, "outputs": [{"format": "nvfp4"}, {"format": "nvfp4"}]}"#;
+    assert!(op_time(&h, &parse_op(bad).unwrap()).is_err());
 }
 
 #[test]
@@ -788,7 +824,8 @@ fn split_k_fills_the_sms_from_few_tiles() {
 #[test]
 fn emulated_quantizer_prices_rotation_by_kernel() {
     // A call without SR runs the strip kernel (its own, cheaper rotation term); a call with
-    // SR runs the split / transposing kernels (the other).
+    // SR runs the split / transposing kernels (the other). (One tile a strip program: an
+    // RHT would change the tiles a program takes.)
     let h = hw("h200");
     let e = h.emulation.unwrap();
     assert!(
@@ -797,7 +834,7 @@ fn emulated_quantizer_prices_rotation_by_kernel() {
     );
     let cost = |rht: u32, sr: bool| {
         let op = format!(
-            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "rht": {rht}, "sr": {sr}}}]}}"#
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "strip_iters": 1, "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "rht": {rht}, "sr": {sr}}}]}}"#
         );
         op_time(&h, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
     };
