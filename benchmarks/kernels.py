@@ -371,33 +371,30 @@ def sr_stream():
         qk.CONFIG_OVERRIDE.pop(k, None)
 
 
-@section("strip kernel: row tiles per program")
-def strip_iters():
-    """QLinear's two row+col calls on the strip kernel with ITERS row tiles a program (the
-    next tile loaded before the current one is quantized; strip.strip_iters picks ITERS),
-    and a register cap: the X call (RTNE, row copy decoded, column copy packed) and the dY
-    call (sr16, both decoded), ue5m3 with the tensor amaxes given, at the 125M model's and
-    the Llama layer's shapes. % of copy counts the bf16 read and every byte written. The
-    outputs of each variant are compared with ITERS 1's in the same run."""
+# QLinear's two row+col calls on the strip kernel (ue5m3, tensor amaxes given): name,
+# rounding, outputs, bytes moved per element (the bf16 read and every byte written).
+STRIP_CALLS = (("X", "rtne", ("decoded", "packed"), 2 + 2 + 0.5 + 1 / 16),
+               ("dY sr16", "sr16", ("decoded", "decoded"), 2 + 2 + 2))
+
+
+def strip_variants(key: str, shapes, variants_of):
+    """Time STRIP_CALLS at each shape under each variant (variants_of(call name): a list of
+    (label fields, CONFIG_OVERRIDE entries)), each variant's outputs compared bit for bit
+    with the first one's; rows go to RES[key]."""
     f = F["ue5m3"]
-    calls = (("X", "rtne", ("decoded", "packed"), 2 + 2 + 0.5 + 1 / 16),
-             ("dY sr16", "sr16", ("decoded", "decoded"), 2 + 2 + 2))
-    shapes = ((32768, 768), (32768, 2304), (32768, 4608), (8192, 4096)) if not SMOKE else ((64, 64),)
-    variants = ((1, None), (2, None), (4, None), (8, None), (2, 128), (4, 128)) if not SMOKE else ((1, None), (2, None))
     for shape in shapes:
         x = rand(shape)
         amax = x.abs().amax().float()
-        for name, rounding, outputs, bpe in calls:
+        for name, rounding, outputs, bpe in STRIP_CALLS:
             if name == "X" and shape[1] == 4608:
                 continue  # (the 125M model has no such X)
             want = None
-            for iters, nreg in variants:
+            for fields, overrides in variants_of(name):
                 if left() < 30:
                     break
-                qk.CONFIG_OVERRIDE["strip_iters"] = iters
-                qk.CONFIG_OVERRIDE.pop("strip_maxnreg", None)
-                if nreg:
-                    qk.CONFIG_OVERRIDE["strip_maxnreg"] = nreg
+                for k in ("strip", "strip_iters", "strip_maxnreg"):
+                    qk.CONFIG_OVERRIDE.pop(k, None)
+                qk.CONFIG_OVERRIDE.update(overrides)
 
                 def call(x=x, rounding=rounding, outputs=outputs):
                     return ops.rowcol_operands(x, f, rounding=rounding, seed=1, offset=5, tensor_amax=amax,
@@ -406,7 +403,7 @@ def strip_iters():
                     got = call()
                     t = ms(call)
                 except Exception as exc:
-                    RES["errors"].append(f"strip_iters {name} {shape} {iters} {nreg}: {exc!r}")
+                    RES["errors"].append(f"{key} {name} {shape} {fields}: {exc!r}")
                     continue
                 flat = [t for o in got for t in ((o.values,) if hasattr(o, "values") else (o.codes, o.scales))]
                 if want is None:
@@ -414,14 +411,50 @@ def strip_iters():
                 same = all(torch.equal(a, b) if a.dtype == torch.uint8 else testing.same_float(a, b)
                            for a, b in zip(flat, want))
                 frac = shape[0] * shape[1] * bpe / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.2)
-                row = dict(call=name, shape="x".join(map(str, shape)), iters=iters, maxnreg=nreg, us=t * 1e3,
-                           frac_copy=frac, same_as_iters1=same)
-                RES.setdefault("strip_iters", []).append(row)
+                row = dict(call=name, shape="x".join(map(str, shape)), **fields, us=t * 1e3, frac_copy=frac,
+                           same_as_first=same)
+                RES.setdefault(key, []).append(row)
                 log(row)
         save()
         del x
-    qk.CONFIG_OVERRIDE.pop("strip_iters", None)
-    qk.CONFIG_OVERRIDE.pop("strip_maxnreg", None)
+    for k in ("strip", "strip_iters", "strip_maxnreg"):
+        qk.CONFIG_OVERRIDE.pop(k, None)
+
+
+@section("strip kernel: row tiles per program")
+def strip_iters():
+    """STRIP_CALLS with ITERS row tiles a program (the next tile loaded before the current
+    one is quantized; strip.strip_iters picks ITERS) and a register cap, at the 125M
+    model's and the Llama layer's shapes; outputs compared with ITERS 1's."""
+    variants = ((1, None), (2, None), (4, None), (8, None), (2, 128), (4, 128)) if not SMOKE else ((1, None), (2, None))
+    shapes = ((32768, 768), (32768, 2304), (32768, 4608), (8192, 4096)) if not SMOKE else ((64, 64),)
+    strip_variants("strip_iters", shapes, lambda name: [
+        (dict(iters=i, maxnreg=n), dict(strip_iters=i, **({"strip_maxnreg": n} if n else {}))) for i, n in variants])
+
+
+# (rows, cols, warps), row tiles a program (None: strip.strip_iters' rule). The X call
+# writes its column copy transposed: a [16, 64] tile stores 8 code bytes and 1 scale byte
+# per column, a quarter of a 32-byte sector each, and ncu saw its L2 at 88% of peak with
+# DRAM at 36% (session 11, call 3): taller tiles write more of each sector at once. None
+# was faster beyond noise (kernels-h200.md, session 11).
+STRIP_TALL = (((16, 64, 1), None), ((16, 64, 1), 1), ((32, 64, 1), 1), ((32, 64, 1), 2), ((64, 64, 2), 1),
+              ((64, 64, 4), 1), ((32, 32, 1), 1), ((64, 32, 2), 1), ((64, 16, 1), 1))
+STRIP_TALL_SR = (((16, 32, 1), None), ((32, 32, 1), 1), ((32, 64, 2), 1), ((64, 32, 2), 1), ((64, 64, 4), 1))
+
+
+@section("strip kernel: taller tiles")
+def strip_tall():
+    """STRIP_CALLS at taller strip tiles (STRIP_TALL, STRIP_TALL_SR), each compared with the
+    default tile's outputs bit for bit."""
+    shapes = ((32768, 2304), (8192, 4096), (32768, 768), (32768, 4608)) if not SMOKE else ((64, 64),)
+
+    def variants(name):
+        tiles = STRIP_TALL if name == "X" else STRIP_TALL_SR
+        if SMOKE:
+            tiles = (((16, 32, 1), None), ((32, 32, 1), 1))
+        return [(dict(tile=list(t), iters=i), dict(strip=t, **({"strip_iters": i} if i is not None else {})))
+                for t, i in tiles]
+    strip_variants("strip_tall", shapes, variants)
 
 
 @section("GEMM epilogue cost")
@@ -672,6 +705,15 @@ def gemm_variants():
     gk.CONFIG_OVERRIDE.clear()
 
 
+# (decode, (BM, BN, BK, GROUP_M, warps, STAGES), maxnreg) of gemm_wgmma_parts. The decode side
+# alone ran latency-bound at two warps per scheduler (ncu, session 11: 38% of issue slots
+# busy, 0.56 eligible warps): 256 x 128 tiles on 16 warps give it four, and a quarter less
+# decode per MAC.
+WGMMA_PARTS_CFGS = (("cvt", (128, 128, 128, 8, 8, 3), None), ("cvt", (128, 128, 64, 8, 8, 3), 128),
+                    ("lut", (128, 128, 128, 8, 8, 3), None), ("cvt", (256, 128, 64, 8, 16, 3), 128),
+                    ("cvt", (256, 128, 64, 8, 16, 4), 128), ("lut", (256, 128, 64, 8, 16, 3), 128))
+
+
 @section("gemm_wgmma: its parts timed alone")
 def gemm_wgmma_parts():
     """Why is gemm_wgmma.py slower than the split kernel? (kernels-h200.md, session 10: its step
@@ -679,7 +721,9 @@ def gemm_wgmma_parts():
     1 (loads, decodes and shared-memory stores, no wgmma) and 2 (the wgmmas on whatever the
     ring holds, no loads or decodes), nvfp4, two tiles. If 1 alone takes most of 3, the
     decode side sets the time; if 2 does, the MMA side (shared-memory operands, barriers);
-    if 3 is near 1 + 2, the two do not overlap. Outputs are meaningless for 1 and 2."""
+    if 3 is near 1 + 2, the two do not overlap. Outputs are meaningless for 1 and 2. NVFP4
+    takes the CVT decode by default (a conversion per two elements); the LUT decode (no
+    conversions) is timed beside it."""
     if SMOKE:
         return  # Gluon: a GPU only
     from fourcast.kernels import gemm_wgmma as gw
@@ -688,10 +732,11 @@ def gemm_wgmma_parts():
     for (m, n, k) in (GEMM_SHAPES[0], (8192, 28672, 4096)):
         pa = qk.quantize(rand((m, k)), F["nvfp4"])
         pb = qk.quantize(rand((n, k)), F["nvfp4"])
-        plan = gk.split_plan(pa.spec, pb.spec)
         c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
         key = f"{m}x{n}x{k}"
-        for cfg, nreg in (((128, 128, 128, 8, 8, 3), None), ((128, 128, 64, 8, 8, 3), 128)):
+        ref_c = gk.gemm(pa, pb, impl="dequant").float()
+        for decode, cfg, nreg in WGMMA_PARTS_CFGS:
+            plan = gk.split_plan(pa.spec, pb.spec, decode)
             for parts in (3, 1, 2):
                 if left() < 30:
                     return
@@ -701,8 +746,11 @@ def gemm_wgmma_parts():
                     RES["errors"].append(f"gemm_wgmma_parts {key} {cfg} {parts}: {exc!r}")
                     continue
                 tf = 2 * m * n * k / t / 1e9
-                row = dict(shape=key, cfg=list(cfg), maxnreg=nreg, parts=parts, ms=t, tflops=tf,
+                row = dict(shape=key, decode=decode, cfg=list(cfg), maxnreg=nreg, parts=parts, ms=t, tflops=tf,
                            vs_cublas_bf16=tf / bf[key]["tflops"] if key in bf else None)
+                if parts == 3:  # the result against the dequant route's (FP32 sums in another order)
+                    gw.launch(pa, pb, c, m, n, k, plan, cfg, nreg, parts)
+                    row["max_rel_diff"] = float((c.float() - ref_c).abs().max() / ref_c.abs().max())
                 RES.setdefault("gemm_wgmma_parts", []).append(row)
                 log(row)
         save()
@@ -1005,7 +1053,7 @@ def main():
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
-    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, strip_iters,
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, strip_iters, strip_tall,
              gemm_epilogue,
              decode_layout,
              layer_profiles, peers,

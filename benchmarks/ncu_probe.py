@@ -1,0 +1,71 @@
+"""One kernel call, three times, for Nsight Compute to profile the last (benchmarks/ncu_probe.sh
+runs ncu over each case). The cases are the calls whose time the issue-#3 notes could not
+explain from instruction counts alone: the strip quantizer's X and dY calls, and the packed
+GEMM's split and wgmma kernels (wgmma also with PARTS 1: decode side only).
+
+    python benchmarks/ncu_probe.py CASE      # CASE in CASES
+    PROBE_SMOKE=1 TRITON_INTERPRET=1 python benchmarks/ncu_probe.py CASE   # CPU, tiny shapes: script bugs only
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from fourcast.kernels import gemm as gk
+from fourcast.kernels import ops
+from fourcast.kernels import quantize as qk
+from fourcast.kernels.testing import FORMATS
+from fourcast.kernels.utils import parse_fmt
+
+SMOKE = os.environ.get("PROBE_SMOKE") == "1"
+DEV = "cpu" if SMOKE else "cuda"
+F = {name: parse_fmt(FORMATS[name]) for name in ("ue5m3", "nvfp4")}
+
+
+def _strip(rounding: str, outputs: tuple, shape=(32768, 2304)):
+    shape = (64, 64) if SMOKE else shape
+    x = torch.randn(shape, device=DEV, dtype=torch.bfloat16)
+    amax = x.abs().amax().float()
+    return lambda: ops.rowcol_operands(x, F["ue5m3"], rounding=rounding, seed=1, offset=5, tensor_amax=amax,
+                                       tensor_amax_col=amax, outputs=outputs)
+
+
+def _gemm(kernel: str, parts: int = 3, shape=(8192, 8192, 8192), decode: str | None = None, cfg=None, nreg=None):
+    m, n, k = (64, 64, 128) if SMOKE else shape
+    pa = qk.quantize(torch.randn((m, k), device=DEV, dtype=torch.bfloat16), F["nvfp4"])
+    pb = qk.quantize(torch.randn((n, k), device=DEV, dtype=torch.bfloat16), F["nvfp4"])
+    if kernel == "split":
+        return lambda: gk.gemm(pa, pb, impl="triton")
+    from fourcast.kernels import gemm_wgmma as gw
+
+    plan = gk.split_plan(pa.spec, pb.spec, decode)
+    c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
+    return lambda: gw.launch(pa, pb, c, m, n, k, plan, cfg, nreg, parts)
+
+
+CASES = {
+    "strip_x": lambda: _strip("rtne", ("decoded", "packed")),
+    "strip_dy": lambda: _strip("sr16", ("decoded", "decoded"), (32768, 4608)),
+    "gemm_split": lambda: _gemm("split"),
+    "gemm_wgmma": lambda: _gemm("wgmma", 3),
+    "gemm_wgmma_decode": lambda: _gemm("wgmma", 1),
+    "gemm_wgmma_lut": lambda: _gemm("wgmma", 3, decode="lut"),
+    "gemm_wgmma_lut_decode": lambda: _gemm("wgmma", 1, decode="lut"),
+    "gemm_wgmma16": lambda: _gemm("wgmma", 3, cfg=(256, 128, 64, 8, 16, 3), nreg=128),
+    "gemm_wgmma16_decode": lambda: _gemm("wgmma", 1, cfg=(256, 128, 64, 8, 16, 3), nreg=128),
+}
+
+
+def main() -> None:
+    fn = CASES[sys.argv[1]]()
+    for _ in range(3):
+        fn()
+    if not SMOKE:
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
