@@ -756,6 +756,51 @@ def gemm_wgmma_parts():
         save()
 
 
+# (BM, BN, BK, GROUP_M, STAGES, producer warps, producer registers, maxnreg) of gemm_ws.
+WS_CFGS = ((128, 128, 128, 8, 3, 4, 128, 168), (128, 128, 64, 8, 4, 4, 120, 168), (128, 128, 64, 8, 3, 4, 120, 168))
+
+
+@section("gemm_ws: the warp-specialised packed GEMM")
+def gemm_ws():
+    """gemm_wgmma's warp-specialised kernel (_ws_kernel: decode partitions feed one MMA
+    warpgroup through mbarriers) against the split kernel (gemm's default Triton kernel) and
+    _wgmma_kernel, each checked against the dequant route (FP32 sums in another order; the
+    GPU tier checks the bound), at every GEMM shape; nvfp4 (CVT and LUT decode), ue5m3, mxfp4."""
+    if SMOKE:
+        return  # Gluon: a GPU only
+    from fourcast.kernels import gemm_wgmma as gw
+
+    bf = RES["ceilings"].get("bf16", {})
+    for fname, decode in (("nvfp4", None), ("nvfp4", "lut"), ("ue5m3", None), ("mxfp4", None)):
+        for (m, n, k) in GEMM_SHAPES:
+            key = f"{m}x{n}x{k}"
+            pa = qk.quantize(rand((m, k)), F[fname])
+            pb = qk.quantize(rand((n, k)), F[fname])
+            ref_c = gk.gemm(pa, pb, impl="dequant").float()
+            plan = gk.split_plan(pa.spec, pb.spec, decode)
+            c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
+            runs = [("split (default)", lambda: gk.gemm(pa, pb, impl="triton")),
+                    ("wgmma", lambda: gw.launch(pa, pb, c, m, n, k, plan))]
+            runs += [(f"ws {list(cfg)}", lambda cfg=cfg: gw.launch_ws(pa, pb, c, m, n, k, plan, cfg)) for cfg in WS_CFGS]
+            for label, fn in runs:
+                if left() < 20 or (label == "split (default)" and decode):
+                    continue
+                try:
+                    out = fn()
+                    out = c if out is None else out
+                    diff = float((out.float() - ref_c).abs().max() / ref_c.abs().max())
+                    t = ms(fn)
+                except Exception as exc:
+                    RES["errors"].append(f"gemm_ws {fname} {decode} {key} {label}: {exc!r}")
+                    continue
+                tf = 2 * m * n * k / t / 1e9
+                row = dict(fmt=fname, decode=decode or gk.DECODE, shape=key, kernel=label, ms=t, tflops=tf,
+                           vs_cublas_bf16=tf / bf[key]["tflops"] if key in bf else None, max_rel_diff=diff)
+                RES.setdefault("gemm_ws", []).append(row)
+                log(row)
+            save()
+
+
 GEMM_IMPL_LABEL = {"triton": "triton", "dequant": "dequant+cuBLAS", "fp8": "E4M3+cuBLAS FP8"}
 
 
@@ -1057,7 +1102,7 @@ def main():
              gemm_epilogue,
              decode_layout,
              layer_profiles, peers,
-             gemm_bench, gemm_variants, gemm_wgmma_parts, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
+             gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]
     for s in steps:

@@ -195,6 +195,25 @@ def test_gemm_wgmma_within_bound(pair, cfg, monkeypatch):
     assert launched
 
 
+@pytest.mark.parametrize("cfg", [None, (128, 128, 64, 8, 4, 4, 120, 168)])
+@pytest.mark.parametrize("pair", WGMMA_PAIRS)
+def test_gemm_ws_within_bound(pair, cfg):
+    """The warp-specialised kernel (gemm_wgmma._ws_kernel) meets the bound for every LUT/CVT
+    pair, on shapes with partial tiles and K of 1, 3 and 64 steps (its mbarrier phases wrap)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
+    from fourcast.kernels import gemm_wgmma
+
+    bk = (cfg or gemm_wgmma.WS_CONFIG)[2]
+    for (m, n, k) in [(1008, 208, bk), (304, 528, 3 * bk), (1024, 768, 64 * bk)]:
+        a = ref.quantize(testing.make_input("heavy", (m, k), torch.bfloat16, DEV, seed=7), F[pair[0]])
+        b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
+        for out in (torch.bfloat16, torch.float32):
+            c = torch.full((m, n), float("nan"), dtype=out, device=DEV)  # poisoned: every element written
+            gemm_wgmma.launch_ws(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg)
+            assert _within_bound(c, a, b, out), (pair, cfg, (m, n, k), out)
+
+
 def _mx_with_wide_row(m, k, seed):
     x = testing.make_input("heavy", (m, k), torch.float32, DEV, seed=seed)
     x[5, :32], x[5, 32:] = 6 * 2.0**12, 0.75 * 2.0**-12  # 24 binades apart: 0.5 * 2^e is not an E4M3 value

@@ -32,7 +32,8 @@ from fourcast.kernels.utils import parse_fmt
 
 fa, fb, cfg, parts = json.loads(sys.argv[1])
 a, b = parse_fmt(testing.FORMATS[fa]), parse_fmt(testing.FORMATS[fb])
-k = gw.compile_sm90(a, b, gk.split_plan(a, b), tuple(cfg), parts=parts)
+k = (gw.compile_ws_sm90(a, b, gk.split_plan(a, b), tuple(cfg)) if parts == "ws"
+     else gw.compile_sm90(a, b, gk.split_plan(a, b), tuple(cfg), parts=parts))
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 def tool(name, *args):
@@ -48,7 +49,9 @@ print(json.dumps(dict(
     wgmma="wgmma.mma_async" in ptx, waits=re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx),
     st_shared="st.shared" in ptx, prmt="prmt" in ptx, shared=k.metadata.shared,
     local=int(re.search(r"LOCAL:(\d+)", tool("cuobjdump", "-res-usage")).group(1)),
-    hgmma=len(hgmma), hgmma_waiting=sum("gsb0" in ln for ln in hgmma))))
+    hgmma=len(hgmma), hgmma_waiting=sum("gsb0" in ln for ln in hgmma),
+    setmaxnreg=re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx),
+    mbarrier_waits=len(re.findall(r"mbarrier\.try_wait", ptx)))))
 """
 
 
@@ -75,6 +78,22 @@ def test_compiles_for_sm90_with_async_wgmma_and_no_spills(pair, cfg):
     # ptxas chains the wgmmas of a group: only each group's last HGMMA waits on the scoreboard
     # (when it serialises them, as it did before the wait on the zeroed accumulator, all do)
     assert 0 < k["hgmma_waiting"] < k["hgmma"]
+
+
+@pytest.mark.parametrize("pair,cfg", [(("nvfp4", "nvfp4-2d"), gemm_wgmma.WS_CONFIG),
+                                      (("ue5m3", "ue5m3"), (128, 128, 64, 8, 4, 4, 120, 168))])
+def test_warp_specialised_kernel_compiles_with_async_wgmma_and_no_spills(pair, cfg):
+    """_ws_kernel: the ring in shared memory (plus one mbarrier pair a slot), the decode
+    partitions' registers set to their budget and the MMA partition's raised above it, its
+    wgmmas left in flight a step, nothing spilled, and both sides waiting on mbarriers."""
+    k = _compiled(pair, cfg, "ws")
+    assert k["wgmma"] and "2" in k["waits"]
+    assert k["shared"] >= 4 * cfg[4] * 128 * cfg[2] // 2 * 2
+    budgets = {tuple(x) for x in k["setmaxnreg"]}
+    assert str(cfg[6]) in {n for _, n in budgets}, budgets  # the decoders' budget
+    assert any(d == "inc" and int(n) > cfg[6] for d, n in budgets), budgets  # the MMA partition's, above it
+    assert k["local"] == 0
+    assert k["mbarrier_waits"] >= 2
 
 
 def test_the_timing_parts_leave_out_what_they_say():

@@ -15,12 +15,18 @@ so the warps decode step i + 1 while the tensor cores run step i. Three slots: a
 may store into slot i % 3 once every warpgroup has finished step i - 3, which the barrier
 of step i - 1 guarantees (each warpgroup waits for its own wgmmas only).
 
-Measured on the H200 (kernels-h200.md, session 10): correct, and slower than the split
-kernel at every tile tried (33-44% of cuBLAS BF16 against 45-56%). Its step takes about
-three times what its instructions and its MMAs need; shared-memory traffic (both operands
-stored, then read by SS-mode wgmma), two CTA barriers per step and few warps are the
-suspects, none confirmed without a profiler. So it is a variant (gemm.KERNEL "wgmma"), not
-the default.
+Measured on the H200: correct, and slower than the split kernel at every tile tried (33-44%
+of cuBLAS BF16 against 45-56%, kernels-h200.md session 10). Session 11 timed its parts
+(PARTS) and profiled it: the decode side alone takes two thirds of the time, stalled on its
+code-byte loads (each 8-byte load unpacked into bytes right after it is issued), and the
+wgmmas do not run under it (the kernel takes the sum of its parts). It is a variant
+(gemm.KERNEL "wgmma"), not the default.
+
+_ws_kernel (`launch_ws`) is the warp-specialised form: two decode partitions (A's rows, B's
+rows) fill the ring and one MMA warpgroup consumes it, slots passed through mbarriers. Decode
+and MMA then overlap (3.26 ms against 4.16 at 8192^3 NVFP4), but the decode partitions set
+the pace: 35-48% of cuBLAS BF16, short of the split kernel for NVFP4 and UE5M3, level for
+MXFP4 (kernels-h200.md session 11). A variant too.
 
 The decode is gemm.py's: the same PTX routines (`decode_asm`: four code bytes and their
 scales -> the low- and high-nibble values as f16/bf16 pairs), the same split of K into
@@ -44,7 +50,7 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from fourcast.errors import ShapeError
 from fourcast.kernels.quantize import SCALE_KIND
@@ -115,6 +121,20 @@ def _decode_store(codes, sbytes, lo_slot, hi_slot, SCALE: gl.constexpr, DOT_F16:
 
 
 @gluon.jit
+def _ring(DOT_F16: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BKH: gl.constexpr, STAGES: gl.constexpr):
+    """The shared-memory ring of decoded operands: (A low nibbles, A high, B low, B high),
+    STAGES slots of [rows, BKH] each, in the MMA's 16-bit type and wgmma's swizzled layout."""
+    VT: gl.constexpr = gl.float16 if DOT_F16 else gl.bfloat16
+    a_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BKH], VT)
+    b_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BKH], VT)
+    a_lo = gl.allocate_shared_memory(VT, [STAGES, BM, BKH], a_sl)
+    a_hi = gl.allocate_shared_memory(VT, [STAGES, BM, BKH], a_sl)
+    b_lo = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
+    b_hi = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
+    return a_lo, a_hi, b_lo, b_hi
+
+
+@gluon.jit
 def _wgmma_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                   A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
                   B_SCALE: gl.constexpr, B_B: gl.constexpr, B_TILE2D: gl.constexpr, B_ASM: gl.constexpr,
@@ -127,15 +147,9 @@ def _wgmma_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     BKH: gl.constexpr = BK // 2
     G: gl.constexpr = BKH // BYTES_PER_THREAD
     L3: gl.constexpr = gl.BlockedLayout([1, 1, BYTES_PER_THREAD], [32 // G, G, 1], [num_warps, 1, 1], [2, 1, 0])
-    VT: gl.constexpr = gl.float16 if DOT_F16 else gl.bfloat16
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, INSTR_N, 16])
-    a_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BM, BKH], VT)
-    b_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BKH], VT)
-    a_lo = gl.allocate_shared_memory(VT, [STAGES, BM, BKH], a_sl)
-    a_hi = gl.allocate_shared_memory(VT, [STAGES, BM, BKH], a_sl)
-    b_lo = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
-    b_hi = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
+    a_lo, a_hi, b_lo, b_hi = _ring(DOT_F16, BM, BN, BKH, STAGES)
 
     pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
     ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
@@ -169,17 +183,119 @@ def _wgmma_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
             acc = warpgroup_mma(a_hi.index(slot), b_hi.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc, ))
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP, BM, BN, MMA)
 
+
+@gluon.jit
+def _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+             MMA: gl.constexpr):
+    """The epilogue: C = acc * 2^EPI_EXP (exact: the CVT operands' 2^-6) * alpha, alpha =
+    (1 / ts_a) / ts_b, each step rounded in FP32; rows and columns past M, N not stored."""
     if EPI_EXP:
-        acc = acc * 2.0**EPI_EXP  # exact: the CVT operands' 2^-6
+        acc = acc * 2.0**EPI_EXP
     ts_a = gl.load(A_TS)
     alpha = gl.div_rn(gl.div_rn(ts_a * 0.0 + 1.0, ts_a), gl.load(B_TS))
-    cm = pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA))
-    cn = pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA))
-    cm2 = gl.expand_dims(cm, 1)
-    cn2 = gl.expand_dims(cn, 0)
-    out = (acc * alpha).to(C.dtype.element_ty)
-    gl.store(C + cm2 * N + cn2, out, mask=(cm2 < M) & (cn2 < N))
+    cm = gl.expand_dims(pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, MMA)), 1)
+    cn = gl.expand_dims(pid_n * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, MMA)), 0)
+    gl.store(C + cm * N + cn, (acc * alpha).to(C.dtype.element_ty), mask=(cm < M) & (cn < N))
+
+
+@gluon.jit
+def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, SCALE: gl.constexpr,
+                      B: gl.constexpr, TILE2D: gl.constexpr, ASM: gl.constexpr, DOT_F16: gl.constexpr,
+                      R: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr):
+    """Worker of _ws_kernel: decode one operand's R rows, step after step, into the ring
+    (wait until the MMA partition has freed the slot; store; fence; arrive on ready)."""
+    BKH: gl.constexpr = BK // 2
+    G: gl.constexpr = BKH // BYTES_PER_THREAD
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, BYTES_PER_THREAD], [32 // G, G, 1], [NW, 1, 1], [2, 1, 0])
+    ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
+    GROUPS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, L3))
+    groups = gl.expand_dims(gl.arange(0, G, layout=GROUPS), 0)
+    r = gl.expand_dims(gl.minimum(row0 + gl.arange(0, R, layout=ROWS), rows - 1), 1)
+    steps = K // BK
+    codes, sbytes = _load_step(CODES, SCALES, r, groups, 0, K, B, TILE2D, L3)
+    for i in range(steps):
+        slot = i % STAGES
+        k_next = gl.where(i + 1 < steps, (i + 1) * BK, 0)
+        codes_next, sbytes_next = _load_step(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
+        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        _decode_store(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH)
+        fence_async_shared()
+        mbarrier.arrive(ready.index(slot), count=1)
+        codes, sbytes = codes_next, sbytes_next
+
+
+@gluon.jit
+def _mma_partition(a_lo, a_hi, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
+                   EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                   STAGES: gl.constexpr, MMA: gl.constexpr):
+    """Default partition of _ws_kernel: the wgmmas of each step as soon as both operands'
+    slot is ready, freeing the slot of the step before once its wgmmas are done; then the
+    epilogue (_store_c)."""
+    acc = gl.zeros((BM, BN), gl.float32, layout=MMA)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))  # see _wgmma_kernel (C7515)
+    steps = K // BK
+    for i in range(steps):
+        slot = i % STAGES
+        mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        acc = warpgroup_mma(a_lo.index(slot), b_lo.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma(a_hi.index(slot), b_hi.index(slot).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc, ))  # step i - 1's are done
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP, BM, BN, MMA)
+
+
+@gluon.jit
+def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
+               A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
+               B_SCALE: gl.constexpr, B_B: gl.constexpr, B_TILE2D: gl.constexpr, B_ASM: gl.constexpr,
+               DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+               BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, INSTR_N: gl.constexpr,
+               num_warps: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """Warp-specialised _wgmma_kernel: two decode partitions (A's rows, B's rows) fill the
+    shared-memory ring while the default partition (num_warps = 4: one warpgroup) runs the
+    wgmmas, so decode and MMA overlap by construction (in _wgmma_kernel they took turns:
+    kernels-h200.md, session 11). Ring slots pass through mbarriers: `ready` (both
+    decoders arrive) and `empty` (the MMA partition arrives once the slot's wgmmas are done)."""
+    BKH: gl.constexpr = BK // 2
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, INSTR_N, 16])
+    a_lo, a_hi, b_lo, b_hi = _ring(DOT_F16, BM, BN, BKH, STAGES)
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(empty.index(s), count=1)
+        mbarrier.init(ready.index(s), count=2)
+    pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
+    gl.warp_specialize([
+        (_mma_partition, (a_lo, a_hi, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n, EPI_EXP,
+                          BM, BN, BK, STAGES, MMA)),
+        (_decode_partition, (A_CODES, A_SCALES, pid_m * BM, M, K, a_lo, a_hi, empty, ready, A_SCALE, A_B, A_TILE2D,
+                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS)),
+        (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
+                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS)),
+    ], [PRODUCER_WARPS, PRODUCER_WARPS], [PRODUCER_REGS, PRODUCER_REGS])
+
+
+# (BM, BN, BK, GROUP_M, STAGES, producer warps, producer registers, kernel maxnreg) of the
+# warp-specialised kernel: one MMA warpgroup, a 4-warp decoder per operand.
+WS_CONFIG = (128, 128, 128, 8, 3, 4, 128, 168)
+
+
+def launch_ws(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None) -> None:
+    """C = A . B^T into c with _ws_kernel; cfg as WS_CONFIG."""
+    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg or WS_CONFIG
+    if k % bk:
+        raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
+    if stages < 2:
+        raise ValueError(f"the warp-specialised ring needs at least 2 slots, got {stages}")
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    _ws_kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
+                     b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan),
+                     BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages, INSTR_N=min(bn, 256), num_warps=4,
+                     PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, maxnreg=maxnreg)
 
 
 def config(m: int, n: int, k: int) -> tuple:
@@ -218,20 +334,31 @@ def constants(a_spec, b_spec, plan: dict) -> dict:
     return consts
 
 
-def compile_sm90(a_spec, b_spec, plan: dict, cfg: tuple, out: str = "*bf16", parts: int = 3):
-    """Compile the kernel for sm_90a without a GPU (Triton's bundled ptxas): what the CPU
-    tier checks (it compiles, wgmma runs asynchronously, nothing spills) and what
-    benchmarks/gemm_sass.py counts."""
+def _compile_offline(fn, consts: dict, out: str, options: dict):
+    """A gemm_wgmma kernel compiled for sm_90a without a GPU (Triton's bundled ptxas)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    bm, bn, bk, group, warps, stages = cfg
-    consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
-                  INSTR_N=min(bn, 256), num_warps=warps, PARTS=parts)
     ptrs = dict(A_CODES="*u8", A_SCALES="*u8", A_TS="*fp32", B_CODES="*u8", B_SCALES="*u8", B_TS="*fp32", C=out)
     sig = dict(ptrs, M="i32", N="i32", K="i32", **{k: "constexpr" for k in consts})
-    fn = _wgmma_kernel
     aligned = ("A_CODES", "A_SCALES", "B_CODES", "B_SCALES", "C", "M", "N", "K")
     attrs = {(fn.arg_names.index(x),): [["tt.divisibility", 16]] for x in aligned}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def compile_sm90(a_spec, b_spec, plan: dict, cfg: tuple, out: str = "*bf16", parts: int = 3):
+    """Compile _wgmma_kernel for sm_90a without a GPU: what the CPU tier checks (it compiles,
+    wgmma runs asynchronously, nothing spills) and what benchmarks/gemm_sass.py counts."""
+    bm, bn, bk, group, warps, stages = cfg
+    consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
+                  INSTR_N=min(bn, 256), num_warps=warps, PARTS=parts)
+    return _compile_offline(_wgmma_kernel, consts, out, dict(num_warps=warps))
+
+
+def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str = "*bf16"):
+    """_ws_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
+    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg
+    consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
+                  INSTR_N=min(bn, 256), num_warps=4, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs)
+    return _compile_offline(_ws_kernel, consts, out, dict(num_warps=4, maxnreg=maxnreg))
