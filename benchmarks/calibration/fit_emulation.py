@@ -22,10 +22,16 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   strip program of several row tiles saves per overlapped element written (ITERS - 1 of
   ITERS tiles), fitted on the per-call drop of the same row+col calls from a run with one
   tile a program to a run with several (least squares weighted by calls).
+- integer sr16: `emulation.triton_quant_sr16_int_saving_ns_per_elem` (--sr16-int-fit): what
+  an element written with "sr16" saves in quantizer revision 11's integer form, fitted on
+  the per-call drop of the same row+col calls from a run of the float form to a run of the
+  integer one (least squares weighted by calls).
 
-Strip programs: training-h200 runs up to 14 ran one row tile a strip program (`strip_iters_of`
-tags their profiles, as project.project(strip_iters=1) does); later runs the kernel since
-session 10 (kernels/strip.py strip_iters: up to 4).
+Quantizer revisions: profiles do not record which quantizer kernels ran, so `quant_rev_of`
+tags a committed run with the session whose kernels did (as project.project(quant_rev=...)
+does), and `quant_kernel` says what those kernels did, as rust ops.rs `quant_kernel`: up to
+9 (training-h200 runs up to 14) one row tile a strip program, float sr16; 10 (runs 15-16) up
+to 4 tiles (kernels/strip.py strip_iters), float sr16; 11 (run 17 on) integer sr16.
 
 --measure gpu fits and checks against GPU time: the profile's "gpu_ops" (the ops of the
 timeline step, each with the GPU time of the kernels it launched; runs recorded with
@@ -63,14 +69,28 @@ def run_dir(recipe: str) -> pathlib.Path:
 
 
 STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
+QUANT_REV = 11  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
 
 
-def strip_iters_of(path: pathlib.Path | str) -> int | None:
-    """The most row tiles a strip program took in a committed run: 1 for training-h200 runs
-    up to 14 (before session 10's multi-tile kernel); None (the model's default, the current
-    kernel's) for later ones."""
+def quant_kernel(rev: int | None) -> tuple[int, bool]:
+    """(the most row tiles a strip program takes, whether sr16 rounds in integers) of
+    quantizer revision `rev` (None: the current one), as rust ops.rs quant_kernel."""
+    rev = QUANT_REV if rev is None else rev
+    if not 1 <= rev <= QUANT_REV:
+        raise SystemExit(f"quant_rev {rev} is not a quantizer revision (1 ..= {QUANT_REV})")
+    return (1 if rev <= 9 else STRIP_ITERS), rev >= 11
+
+
+def quant_rev_of(path: pathlib.Path | str) -> int | None:
+    """The revision (session) of the quantizer kernels a committed training-h200 run ran: 9
+    up to run 14 (one row tile a strip program), 10 for runs 15-16 (session 10's multi-tile
+    kernel), 11 for run 17 (session 11's integer sr16); None (the model's default, the
+    current kernels) for later runs and other folders."""
     m = re.search(r"training-h200-run(\d+)(/|$)", pathlib.Path(path).as_posix())
-    return 1 if m and int(m.group(1)) <= 14 else None
+    if not m:
+        return None
+    n = int(m.group(1))
+    return 9 if n <= 14 else 10 if n <= 16 else 11 if n == 17 else None
 
 
 # Per-call GPU means (ms) of run 15's ue5m3 row+col calls (every strip call took up to four
@@ -87,9 +107,9 @@ RECORDED_MS = {
 
 def profile(recipe: str) -> dict:
     prof = P.load_profile(run_dir(recipe))
-    iters = strip_iters_of(run_dir(recipe))
-    if iters is not None:
-        prof["strip_iters"] = iters
+    rev = quant_rev_of(run_dir(recipe))
+    if rev is not None:
+        prof["quant_rev"] = rev
     if MEASURE == "events":
         return prof
     if not prof.get("gpu_ops"):
@@ -156,7 +176,7 @@ def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     X, y, w = [], [], []
     prof = profile(recipe)
-    iters = prof.get("strip_iters", STRIP_ITERS)
+    iters, int_sr16 = quant_kernel(prof.get("quant_rev"))
     for op in prof["ops"]:
         if op["kind"] != "quantize":
             continue
@@ -164,7 +184,10 @@ def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if overlapped_elems(q, iters):
                 raise SystemExit(f"{recipe}: strip programs of several tiles; --quant-fit takes one-tile runs "
                                  "(runs up to 14), --prefetch-fit the rest")
-            X.append(quant_features(q, iters))
+            features = quant_features(q, iters)
+            if int_sr16 and features[QUANT_TERMS.index("triton_quant_sr16_ns_per_elem")]:
+                raise SystemExit(f"{recipe}: integer sr16; --quant-fit takes float-sr16 runs, --sr16-int-fit the rest")
+            X.append(features)
             y.append(float(op["ms_per_call"]) * 1e-3)
             w.append(calls)
     return np.array(X), np.array(y), np.array(w)
@@ -207,25 +230,55 @@ def row_col_ms(recipe: str) -> dict[tuple, tuple[float, float, dict]]:
     return out
 
 
-def fit_prefetch(pairs: list[tuple[str, str]]) -> float:
-    """`triton_quant_prefetch_saving_ns_per_elem` from (one-tile run, multi-tile run) pairs of
-    the same calls: least squares of each call's drop in GPU time (ms per call) against its
-    overlapped elements, weighted by the one-tile run's calls."""
+def _paired_saving(pairs: list[tuple[str, str]], elems_of, what: str) -> float:
+    """A saving in ns per element from (before, after) run pairs of the same calls: least
+    squares of each row+col call's drop in GPU time (ms per call) against elems_of(call's
+    quantize op, before run), weighted by the before run's calls."""
     x, y, w = [], [], []
-    for one, multi in pairs:
-        if strip_iters_of(run_dir(one)) != 1 or strip_iters_of(run_dir(multi)) == 1:
-            raise SystemExit(f"--prefetch-fit {one}:{multi}: the first run must be a one-tile run, the second not")
-        a, b = row_col_ms(one), row_col_ms(multi)
+    for before, after in pairs:
+        a, b = row_col_ms(before), row_col_ms(after)
         for key, (calls, ms, q) in a.items():
-            elems = overlapped_elems(q, STRIP_ITERS)
+            elems = elems_of(q, before)
             if key in b and elems:
                 x.append(elems)
                 y.append((ms - b[key][1]) * 1e-3)
                 w.append(calls)
-                print(f"  prefetch {key[0]} {key[1]}x{key[2]}: {ms * 1e3:.1f} -> {b[key][1] * 1e3:.1f} us, "
-                      f"{(ms - b[key][1]) * 1e-3 / elems * 1e12:.3f} ps per overlapped element")
+                print(f"  {what} {key[0]} {key[1]}x{key[2]}: {ms * 1e3:.1f} -> {b[key][1] * 1e3:.1f} us, "
+                      f"{(ms - b[key][1]) * 1e-3 / elems * 1e12:.3f} ps per element")
+    if not x:
+        raise SystemExit(f"--{what}-fit: no row+col calls in both runs of a pair")
     x, y, w = map(np.array, (x, y, w))
     return max(0.0, float(np.sum(w * x * y) / np.sum(w * x * x)) * 1e9)
+
+
+def fit_prefetch(pairs: list[tuple[str, str]]) -> float:
+    """`triton_quant_prefetch_saving_ns_per_elem` from (one-tile run, multi-tile run) pairs of
+    the same calls, per overlapped element."""
+    for one, multi in pairs:
+        if quant_kernel(quant_rev_of(run_dir(one)))[0] != 1 or quant_kernel(quant_rev_of(run_dir(multi)))[0] == 1:
+            raise SystemExit(f"--prefetch-fit {one}:{multi}: the first run must be a one-tile run, the second not")
+    return _paired_saving(pairs, lambda q, _run: overlapped_elems(q, STRIP_ITERS), "prefetch")
+
+
+def fit_sr16_int(pairs: list[tuple[str, str]]) -> float:
+    """`triton_quant_sr16_int_saving_ns_per_elem` from (float-sr16 run, integer-sr16 run)
+    pairs of the same calls on the same strip kernel, per element written with sr16."""
+    col = QUANT_TERMS.index("triton_quant_sr16_ns_per_elem")
+    for old, new in pairs:
+        (iters_old, int_old), (iters_new, int_new) = (quant_kernel(quant_rev_of(run_dir(r))) for r in (old, new))
+        if int_old or not int_new or iters_old != iters_new:
+            raise SystemExit(f"--sr16-int-fit {old}:{new}: the first run must round sr16 in floats, the second "
+                             "in integers, both on the same strip kernel")
+    return _paired_saving(pairs, lambda q, run: quant_features(q, quant_kernel(quant_rev_of(run_dir(run)))[0])[col],
+                          "sr16-int")
+
+
+def set_term(hw: fchw.Hardware, key: str, value: float) -> fchw.Hardware:
+    """hw with `emulation.<key>` = value, adding the term where the file has none yet."""
+    em = hw.data["emulation"]
+    if key in em:
+        return hw.set(f"emulation.{key}", value)
+    return hw.set("emulation", {**em, key: {"value": value, "source": "fit_emulation.py", "confidence": "measured"}})
 
 
 def class_ms(hw: fchw.Hardware, recipe: str, cls: str) -> tuple[float, float]:
@@ -317,6 +370,9 @@ def main() -> None:
     ap.add_argument("--prefetch-fit", default="",
                     help="comma-separated ONE:MULTI pairs of runs (as --quant-fit: a one-tile run, a run of the "
                          "multi-tile strip kernel) whose row+col calls fit triton_quant_prefetch_saving_ns_per_elem")
+    ap.add_argument("--sr16-int-fit", default="",
+                    help="comma-separated OLD:NEW pairs of runs (as --quant-fit: a run of the float sr16, a run of "
+                         "the integer one) whose row+col calls fit triton_quant_sr16_int_saving_ns_per_elem")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     ap.add_argument("--quant-only", action="store_true",
                     help="fit (and write) only the quantizer terms; attention and GEMM terms stay as the file has them")
@@ -345,6 +401,12 @@ def main() -> None:
         hw = hw.set("emulation.triton_quant_prefetch_saving_ns_per_elem", prefetch)
         print(f"triton_quant_prefetch_saving_ns_per_elem {prefetch} (the row+col calls of "
               f"{', '.join(m for _, m in prefetch_fit)} against {', '.join(o for o, _ in prefetch_fit)})")
+    sr16_int_fit = [tuple(p.split(":")) for p in args.sr16_int_fit.split(",") if p]
+    if sr16_int_fit:
+        sr16_int = round(fit_sr16_int(sr16_int_fit), 6)
+        hw = set_term(hw, "triton_quant_sr16_int_saving_ns_per_elem", sr16_int)
+        print(f"triton_quant_sr16_int_saving_ns_per_elem {sr16_int} (the row+col sr16 calls of "
+              f"{', '.join(n for _, n in sr16_int_fit)} against {', '.join(o for o, _ in sr16_int_fit)})")
     lt_fit = tuple(r for r in args.lt_fit.split(",") if r)
     if lt_fit:
         lt = round(fit_cublaslt(hw, lt_fit), 3)
@@ -364,7 +426,7 @@ def main() -> None:
         if not check.is_dir() or check == RUNS:
             continue
         fit_dir, RUNS = RUNS, check
-        print(f"check folder {check.name} (held out):")
+        print(f"check folder {check.parent.name}/{check.name} (held out):")
         for r, row in errors(hw, [p.name for p in sorted(check.iterdir()) if (p / "profile.json").is_file()]).items():
             print(f"  {r:10s} " + "  ".join(f"{cls} {m:6.1f}/{p:6.1f} {e:+6.1%}" for cls, (m, p, e) in row.items()))
         RUNS = fit_dir
@@ -386,6 +448,12 @@ def main() -> None:
                           f"{', '.join(f'{m} against {o}' for o, m in prefetch_fit)}"
                           f"{' (the per-call means training-h200.md quotes: no profile kept)' if quoted else ''}"
                           ": the same calls with one row tile a strip program and with several; the rest held out: "
+                          "projection-h200.md, session 11)")
+        if sr16_int_fit:
+            others["triton_quant_sr16_int_saving_ns_per_elem"] = (
+                sr16_int, f"{tool} (GPU time of the row+col sr16 quantize calls of "
+                          f"{', '.join(f'{n} against {o}' for o, n in sr16_int_fit)}"
+                          ": the same calls with float and with integer sr16; the rest held out: "
                           "projection-h200.md, session 11)")
         if lt_fit:
             others["cublaslt_gemm_time_factor"] = (lt, f"{tool} ({timed} of the GEMM ops of "

@@ -208,15 +208,16 @@ def as_measured(prof: dict) -> list[tuple[str, dict, float]]:
     ``"impl": "torch-cublaslt"``, whose kernels run faster than torch's for the same shape)
     or, in runs before session 7, an FP32 product and a scale/cast pass after it, so it is
     priced as that. The costs are the H200 file's ``[emulation]`` table, fitted by
-    benchmarks/calibration/fit_emulation.py. A profile's "strip_iters" (set by `project`'s
-    argument: profiles do not record it) is the most row tiles a strip-kernel program took;
-    absent, the model's default, the kernel's since session 10 (4)."""
+    benchmarks/calibration/fit_emulation.py. A profile's "quant_rev" (recorded by training
+    since session 11, `fourcast.kernels.QUANT_REV`; or set by `project`'s argument) is the
+    session whose quantizer kernels ran, passed to every quantize op (the model derives from
+    it what those kernels did: rust ops.rs `quant_kernel`); absent, the current kernels."""
     out: list[tuple[str, dict, float]] = []
-    iters = {"strip_iters": int(prof["strip_iters"])} if prof.get("strip_iters") else {}
+    rev = {"quant_rev": int(prof["quant_rev"])} if prof.get("quant_rev") is not None else {}
     for op in prof["ops"]:
         for cls, o, calls in model_ops({**prof, "ops": [op]}):
             if cls == "quantize":
-                o = {**o, "impl": "fourcast-triton", **iters}
+                o = {**o, "impl": "fourcast-triton", **rev}
             elif cls == "gemm":
                 emulated = op.get("path", "torch") in ("fused", "dequant", "fake")
                 if emulated:
@@ -296,20 +297,22 @@ def _bandwidth(hw: fchw.Hardware) -> float:
 
 def project(run_dir: str | pathlib.Path, targets: Iterable[str], native: Iterable[str] = (),
             *, correct: bool = True, base: str = "h200", other_from: str | pathlib.Path | None = None,
-            strip_iters: int | None = None) -> Report:
+            quant_rev: int | None = None) -> Report:
     """Forecast a measured run on each target (and each target with `native` features).
 
-    `strip_iters`: the most row tiles a program of the run's strip quantizer took, for the
-    H200 check of the run (`as_measured`); None: the current kernel's. Runs recorded before
-    the multi-tile strip kernel (training-h200 runs up to 14) took 1.
+    `quant_rev`: the session whose quantizer kernels the run ran, for the H200 check of the
+    run (`as_measured`); None: the one its profile records, else the current kernels
+    (`fourcast.kernels.QUANT_REV`). training-h200 runs up to 14 ran 9
+    (one row tile a strip program, float sr16), runs 15-16 ran 10 (up to four tiles, float
+    sr16), run 17 on 11 (integer sr16).
 
     `other_from`: a BF16 run of the same model and batch whose unmodelled 'other' time
     (norms, activations, loss, launch gaps) replaces this run's: an emulated FP4 run's
     'other' also holds the emulation's host overhead, which native hardware would not pay.
     """
     prof = load_profile(run_dir)
-    if strip_iters is not None:
-        prof["strip_iters"] = strip_iters
+    if quant_rev is not None:
+        prof["quant_rev"] = quant_rev
     targets = [t.strip() for t in targets if t.strip()]
     valid = fchw.names()
     for t in targets:

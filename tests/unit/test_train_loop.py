@@ -15,6 +15,7 @@ import torch
 
 import fourcast as fc
 from fourcast.cli import main
+from fourcast.kernels import QUANT_REV
 from fourcast.train import checkpoint, run
 from fourcast.train.compare import compare, plot
 from fourcast.train.config import DataConfig, RunConfig, TrainConfig, model_config
@@ -117,6 +118,7 @@ def test_profile_json_follows_the_schema(runs):
     prof = json.loads((run_dir / "profile.json").read_text())
     assert prof["schema"] == SCHEMA and prof["timer"] == "perf_counter"
     assert len(prof["steps"]) == 2 and prof["tokens_per_step"] == 128
+    assert prof["quant_rev"] == QUANT_REV  # the hardware model prices the quantize ops by it
     kinds = {op["kind"] for op in prof["ops"]}
     assert {"gemm", "quantize", "dequantize", "attention", "optimizer"} <= kinds
     gemms = [op for op in prof["ops"] if op["kind"] == "gemm"]

@@ -10,4 +10,10 @@ when a CUDA tensor first reaches them. The public face is `ops`:
 from fourcast.kernels import ops
 from fourcast.kernels.utils import Packed
 
-__all__ = ["ops", "Packed"]
+# The session whose quantizer kernels these are. A training profile records it, and the
+# hardware model prices that run's quantize ops by what those kernels did (rust ops.rs
+# `quant_kernel`, whose default `QUANT_REV` must equal this). Bump both with a kernel change
+# the model must know: 9 one row tile a strip program, 10 up to four, 11 integer sr16.
+QUANT_REV = 11
+
+__all__ = ["ops", "Packed", "QUANT_REV"]

@@ -33,6 +33,7 @@ import torch
 from fourcast import _core
 from fourcast import nn as fcnn
 from fourcast.errors import TrainError
+from fourcast.kernels import QUANT_REV
 from fourcast.recipes import Recipe
 from fourcast.train import checkpoint, graphs, run
 from fourcast.train.capture import TensorCapture
@@ -452,6 +453,7 @@ def _finish(run_dir, cfg, recipe, model, converted, device, world, profiler, wal
             "seq": t.seq,
             "tokens_per_step": t.batch * t.seq,
             "world_size": world,
+            "quant_rev": QUANT_REV,  # which quantizer kernels ran (the model prices by it)
         }
         run.write_json(run_dir / "profile.json", profiler.report(unprofiled_ms=step_ms, context=context,
                                                                      timeline=traced))

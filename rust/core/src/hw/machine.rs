@@ -103,9 +103,12 @@ pub struct Eff {
 /// time (the kernels an op launched, no host waits): one call of fourcast's Triton
 /// quantizer is `call_s + elems * s_per_elem + rotated * (rht or strip_rht)_s_per_elem +
 /// stochastic * sr_s_per_elem + stochastic4 * sr4_s_per_elem + stochastic16 *
-/// sr16_s_per_elem + amax * amax_s_per_elem` (amax: the input elements when the call
-/// measures a tensor amax; rounding "sr" draws one Philox4x32-10 per element and copy, "sr4"
-/// one per four elements, "sr16" one per sixteen). Both
+/// sr16_s_per_elem + amax * amax_s_per_elem + programs * amax_tile_s - overlapped *
+/// prefetch_saving_s_per_elem - stochastic16 * sr16_int_saving_s_per_elem` (amax: the
+/// input elements when the call measures a tensor amax; rounding "sr" draws one
+/// Philox4x32-10 per element and copy, "sr4" one per four elements, "sr16" one per sixteen;
+/// the last term only for quantizer revisions whose sr16 rounds in integers, ops.rs
+/// `quant_kernel`). Both
 /// kinds of call run the strip kernel; a call with SR uses its narrower SR tile, which
 /// prices its rotation differently (`rht_s_per_elem`) from the plain tile
 /// (`strip_rht_s_per_elem`).
@@ -125,6 +128,8 @@ pub struct EmulCost {
     /// Saved per element written whose tile's load overlapped the previous tile's quantize
     /// (strip programs of several row tiles).
     pub prefetch_saving_s_per_elem: f64,
+    /// Saved per element written with "sr16" by the integer form (quantizer revision 11 on).
+    pub sr16_int_saving_s_per_elem: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -283,6 +288,10 @@ impl Hw {
                     .map_or(0.0, |n| n.value * 1e-9),
                 prefetch_saving_s_per_elem: e
                     .triton_quant_prefetch_saving_ns_per_elem
+                    .as_ref()
+                    .map_or(0.0, |n| n.value * 1e-9),
+                sr16_int_saving_s_per_elem: e
+                    .triton_quant_sr16_int_saving_ns_per_elem
                     .as_ref()
                     .map_or(0.0, |n| n.value * 1e-9),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,

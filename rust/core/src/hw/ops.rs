@@ -146,11 +146,11 @@ pub enum Op {
         /// Hopper run; targets are never priced this way).
         #[serde(default, rename = "impl")]
         implementation: Option<String>,
-        /// With "fourcast-triton": the most row tiles a strip-kernel program takes
-        /// (kernels/strip.py `STRIP_ITERS`); absent: 4, the kernel since session 10; 1: the
-        /// one-tile kernel that training-h200 runs up to 14 ran.
+        /// With "fourcast-triton": the session whose quantizer kernels ran (`quant_kernel`
+        /// says what each did); absent: `QUANT_REV`, the current kernels. Profiles do not
+        /// record it: training-h200 runs up to 14 ran 9, runs 15-16 ran 10, run 17 on 11.
         #[serde(default)]
-        strip_iters: Option<u32>,
+        quant_rev: Option<u32>,
     },
     Attention {
         batch: f64,
@@ -185,6 +185,37 @@ fn emulation(hw: &Hw) -> Result<EmulCost> {
 /// kernels/strip.py's `STRIP_ITERS`: the most row tiles a strip program takes (since session 10).
 const STRIP_ITERS: u32 = 4;
 
+/// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
+/// absent.
+pub const QUANT_REV: u32 = 11;
+
+/// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
+/// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
+/// `quant_kernel` mirrors it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct QuantKernel {
+    /// The most row tiles a strip program takes: 1 up to session 9 (training-h200 runs up
+    /// to 14), `STRIP_ITERS` since session 10's prefetching strip kernel.
+    max_iters: u32,
+    /// "sr16" rounds in integers (session 11 on: training-h200 run 17): its elements earn
+    /// `sr16_int_saving_s_per_elem`; before, the float form.
+    int_sr16: bool,
+}
+
+/// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
+fn quant_kernel(rev: u32) -> Result<QuantKernel> {
+    if !(1..=QUANT_REV).contains(&rev) {
+        return Err(Error::invalid(
+            Domain::Config,
+            format!("quantize op: quant_rev {rev} is not a quantizer revision (1 ..= {QUANT_REV})"),
+        ));
+    }
+    Ok(QuantKernel {
+        max_iters: if rev <= 9 { 1 } else { STRIP_ITERS },
+        int_sr16: rev >= 11,
+    })
+}
+
 /// Seconds of one call of fourcast's Triton quantizer, when `implementation` asks for it.
 fn emulated_quant_s(
     hw: &Hw,
@@ -192,7 +223,7 @@ fn emulated_quant_s(
     numel: f64,
     outs: &[QuantOut],
     refresh: u32,
-    max_iters: u32,
+    kernel: QuantKernel,
 ) -> Result<Option<f64>> {
     match implementation {
         None | Some("vendor") => Ok(None),
@@ -235,6 +266,7 @@ fn emulated_quant_s(
             };
             // A row+col call's strip programs of several tiles load the next tile while
             // they quantize the current one: ITERS - 1 of ITERS tiles overlap.
+            let max_iters = kernel.max_iters;
             let (_, iters) = strip_tiles(numel, outs, sr_any, max_iters);
             let overlapped = if outs.len() == 2 {
                 elems * (1.0 - 1.0 / iters)
@@ -254,7 +286,12 @@ fn emulated_quant_s(
                     } else {
                         0.0 // the amax is given, or not recorded (QLinear's row+col calls)
                     }
-                    - overlapped * e.prefetch_saving_s_per_elem,
+                    - overlapped * e.prefetch_saving_s_per_elem
+                    - if kernel.int_sr16 {
+                        stochastic16 * e.sr16_int_saving_s_per_elem
+                    } else {
+                        0.0 // the float sr16 of revisions before 11
+                    },
             ))
         }
         Some(other) => Err(Error::unknown(
@@ -269,7 +306,7 @@ fn emulated_quant_s(
 /// (tiles, row tiles a program) of a call's strip kernel. The tile is kernels/strip.py's
 /// `strip_config`: rows = the column block or the column copy's RHT (at least 16), columns
 /// = 32 with SR (64 without) or the row copy's RHT. A program takes `strip_iters` tiles:
-/// 16-row tiles without an RHT up to `max_iters` (`STRIP_ITERS`, 4), halved while fewer
+/// 16-row tiles without an RHT up to `max_iters` (`QuantKernel::max_iters`), halved while fewer
 /// than 4096 programs would remain; the others one. outs: the row copy first, then the
 /// column copy.
 fn strip_tiles(numel: f64, outs: &[QuantOut], sr: bool, max_iters: u32) -> (f64, f64) {
@@ -518,14 +555,15 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
             refresh,
             src_bytes,
             implementation,
-            strip_iters,
+            quant_rev,
         } => {
-            if *refresh == 0 || !(numel.is_finite() && *numel >= 0.0) || *strip_iters == Some(0) {
+            if *refresh == 0 || !(numel.is_finite() && *numel >= 0.0) {
                 return Err(Error::invalid(
                     Domain::Config,
-                    "quantize op: numel >= 0, refresh >= 1 and strip_iters >= 1 required",
+                    "quantize op: numel >= 0 and refresh >= 1 required",
                 ));
             }
+            let kernel = quant_kernel(quant_rev.unwrap_or(QUANT_REV))?;
             let mut outs = vec![];
             for o in outputs {
                 let fmt = o.format.operand()?;
@@ -573,7 +611,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 *numel,
                 &outs,
                 *refresh,
-                strip_iters.unwrap_or(STRIP_ITERS),
+                kernel,
             )?;
             if let Some(t) = emulated {
                 detail.insert("emulation_s", t);

@@ -199,9 +199,14 @@ pub struct Emulation {
     /// Saving per element written in strip-kernel row+col calls whose programs take several
     /// row tiles (16-row tiles without an RHT, kernels/strip.py `strip_iters`): a program
     /// loads the next tile while it quantizes the current one, so (ITERS - 1) / ITERS of its
-    /// elements count; subtracted (ops.rs `strip_iters`; absent: 0, one tile a program).
+    /// elements count; subtracted (ops.rs `strip_tiles`; absent: 0, one tile a program).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_prefetch_saving_ns_per_elem: Option<Num>,
+    /// Saving per element written with rounding "sr16" in calls of quantizer revision 11
+    /// on (ops.rs `quant_kernel`), whose sr16 rounds in integers; subtracted (absent: 0,
+    /// the float form of earlier revisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_sr16_int_saving_ns_per_elem: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
@@ -432,6 +437,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_prefetch_saving_ns_per_elem",
                         &em.triton_quant_prefetch_saving_ns_per_elem,
+                    ),
+                    (
+                        "emulation.triton_quant_sr16_int_saving_ns_per_elem",
+                        &em.triton_quant_sr16_int_saving_ns_per_elem,
                     ),
                     (
                         "emulation.cublaslt_gemm_time_factor",

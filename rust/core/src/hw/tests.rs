@@ -11,7 +11,7 @@ use super::machine::{EmulCost, Hw};
 use super::model::{ModelSpec, MODELS};
 use super::native;
 use super::operand::{Elem, Operand, FORMAT_NAMES};
-use super::ops::{gemm, op_time, parse_op};
+use super::ops::{gemm, op_time, parse_op, QUANT_REV};
 use super::profile::{names, Profile};
 use super::step::{step, StepConfig, CATEGORIES};
 use crate::error::{Domain, Error};
@@ -538,13 +538,14 @@ fn emulated_quantizer_is_monotone_and_never_below_vendor_price() {
 #[test]
 fn emulated_quantizer_prices_each_stochastic_copy() {
     // SR draws one Philox per element and copy: the fitted per-element SR term, no more.
-    // (One tile a strip program: SR's narrower tile would change the tiles a program takes.)
+    // (Quantizer revision 9: one tile a strip program, as SR's narrower tile would change
+    // the tiles a program takes, and the float sr16 the terms were fitted on.)
     let h = hw("h200");
     let e = h.emulation.unwrap();
     assert!(e.sr_s_per_elem > 0.0, "h200.toml fits an SR term");
     let op = |sr: &str| {
         format!(
-            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "strip_iters": 1, "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "sr": {sr}, "transposed_copy": true}}]}}"#
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "quant_rev": 9, "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "sr": {sr}, "transposed_copy": true}}]}}"#
         )
     };
     let rtne = op_time(&h, &parse_op(&op("false")).unwrap()).unwrap();
@@ -654,9 +655,10 @@ fn emulated_quantizer_prices_in_kernel_amax_atomics_per_strip_program() {
 #[test]
 fn emulated_strip_programs_of_several_tiles_save_per_overlapped_element() {
     // A row+col call on 16-row tiles without an RHT takes up to four tiles a program
-    // (kernels/strip.py strip_iters; the op's strip_iters, absent 4): ITERS - 1 of ITERS
-    // tiles overlap, each element of theirs saves the fitted term. One tile a program
-    // (strip_iters 1, the kernel of runs up to 14), an RHT, or one copy: no saving.
+    // (kernels/strip.py strip_iters; quantizer revisions from 10, the default 11): ITERS - 1
+    // of ITERS tiles overlap, each element of theirs saves the fitted term. One tile a
+    // program (revision 9 and before, the kernel of runs up to 14), an RHT, or one copy: no
+    // saving.
     let h = h200_with(
         "emulation.triton_quant_prefetch_saving_ns_per_elem",
         "0.0002",
@@ -675,15 +677,72 @@ fn emulated_strip_programs_of_several_tiles_save_per_overlapped_element() {
     };
     let n = 32768.0 * 2304.0; // 73728 tiles of 16 x 64: four a program
     assert!((saved(n, 0, "", 2) - 2.0 * n * 0.75 * 0.0002e-9).abs() < 1e-15);
-    assert!((saved(n, 0, r#", "strip_iters": 4"#, 2) - saved(n, 0, "", 2)).abs() < 1e-18);
-    assert_eq!(saved(n, 0, r#", "strip_iters": 1"#, 2), 0.0);
+    for rev in [10, 11] {
+        let extra = format!(r#", "quant_rev": {rev}"#);
+        assert!((saved(n, 0, &extra, 2) - saved(n, 0, "", 2)).abs() < 1e-18);
+    }
+    for rev in [1, 9] {
+        assert_eq!(saved(n, 0, &format!(r#", "quant_rev": {rev}"#), 2), 0.0);
+    }
     assert_eq!(saved(n, 16, "", 2), 0.0);
     assert_eq!(saved(n, 0, "", 1), 0.0);
     // 12288 tiles: two a program keep 6144 >= 4096 programs, four would not.
     let m = 12288.0 * 1024.0;
     assert!((saved(m, 0, "", 2) - 2.0 * m * 0.5 * 0.0002e-9).abs() < 1e-15);
-    let bad = r#"{"op": "quantize", "numel": 1e6, "impl": "fourcast-triton", "strip_iters": 0, "outputs": [{"format": "nvfp4"}, {"format": "nvfp4"}]}"#;
-    assert!(op_time(&h, &parse_op(bad).unwrap()).is_err());
+    // A revision that is none (0, or after the current kernels) is an error, and the old
+    // field name is no longer read.
+    for rev in [0, QUANT_REV + 1] {
+        let bad = format!(
+            r#"{{"op": "quantize", "numel": 1e6, "impl": "fourcast-triton", "quant_rev": {rev}, "outputs": [{{"format": "nvfp4"}}, {{"format": "nvfp4"}}]}}"#
+        );
+        let err = op_time(&h, &parse_op(&bad).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("quant_rev"), "{err}");
+    }
+    let old = r#"{"op": "quantize", "numel": 1e6, "impl": "fourcast-triton", "strip_iters": 1, "outputs": [{"format": "nvfp4"}]}"#;
+    assert!(parse_op(old).is_err());
+}
+
+#[test]
+fn emulated_integer_sr16_saves_per_stochastically_rounded_element() {
+    // Quantizer revision 11 (session 11, training-h200 run 17 on; the default) rounds "sr16"
+    // in integers: each element written with sr16 saves the fitted term, whatever the
+    // kernel (the strip kernel's row+col call, or a rotated row copy beside an sr16 column
+    // copy). Revisions 10 and before ran the float form: no saving; nor do other roundings.
+    let h = h200_with(
+        "emulation.triton_quant_sr16_int_saving_ns_per_elem",
+        "0.0002",
+    );
+    let zero = h200_with("emulation.triton_quant_sr16_int_saving_ns_per_elem", "0.0");
+    assert!((h.emulation.unwrap().sr16_int_saving_s_per_elem - 0.0002e-9).abs() < 1e-20);
+    let saved = |outs: &str, extra: &str| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": [{outs}]{extra}}}"#
+        );
+        let op = parse_op(&op).unwrap();
+        op_time(&zero, &op).unwrap().detail["emulation_s"]
+            - op_time(&h, &op).unwrap().detail["emulation_s"]
+    };
+    let n = 75497472.0; // 32768 x 2304, a dY call of the 125M model
+    let both = r#"{"format": "nvfp4", "sr": true, "sr16": true}, {"format": "nvfp4", "sr": true, "sr16": true}"#;
+    assert!((saved(both, "") - 2.0 * n * 0.0002e-9).abs() < 1e-15);
+    assert_eq!(saved(both, r#", "quant_rev": 11"#), saved(both, ""));
+    for rev in [9, 10] {
+        assert_eq!(saved(both, &format!(r#", "quant_rev": {rev}"#)), 0.0);
+    }
+    // MX's X call: a rotated row copy without SR, an sr16 column copy: the column copy's.
+    let x = r#"{"format": "mxfp4", "rht": 32}, {"format": "mxfp4", "sr": true, "sr16": true}"#;
+    assert!((saved(x, "") - n * 0.0002e-9).abs() < 1e-15);
+    let sr4 = r#"{"format": "nvfp4", "sr": true, "sr4": true}, {"format": "nvfp4", "sr": true, "sr4": true}"#;
+    assert_eq!(saved(sr4, ""), 0.0);
+    assert_eq!(
+        saved(r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#, ""),
+        0.0
+    );
+    // The file's fitted value: a saving, smaller than an element's whole price.
+    let e = hw("h200").emulation.unwrap();
+    assert!(e.sr16_int_saving_s_per_elem > 0.0 && e.sr16_int_saving_s_per_elem < e.s_per_elem);
 }
 
 #[test]
@@ -824,8 +883,8 @@ fn split_k_fills_the_sms_from_few_tiles() {
 #[test]
 fn emulated_quantizer_prices_rotation_by_kernel() {
     // A call without SR runs the strip kernel (its own, cheaper rotation term); a call with
-    // SR runs the split / transposing kernels (the other). (One tile a strip program: an
-    // RHT would change the tiles a program takes.)
+    // SR runs the split / transposing kernels (the other). (Revision 9, one tile a strip
+    // program: an RHT would change the tiles a program takes.)
     let h = hw("h200");
     let e = h.emulation.unwrap();
     assert!(
@@ -834,7 +893,7 @@ fn emulated_quantizer_prices_rotation_by_kernel() {
     );
     let cost = |rht: u32, sr: bool| {
         let op = format!(
-            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "strip_iters": 1, "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "rht": {rht}, "sr": {sr}}}]}}"#
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "quant_rev": 9, "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "rht": {rht}, "sr": {sr}}}]}}"#
         );
         op_time(&h, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
     };
