@@ -763,7 +763,7 @@ WS_CFGS = ((128, 128, 128, 8, 3, 4, 128, 168), (128, 128, 64, 8, 4, 4, 120, 168)
 @section("gemm_ws: the warp-specialised packed GEMM")
 def gemm_ws():
     """gemm_wgmma's warp-specialised kernel (_ws_kernel: decode partitions feed one MMA
-    warpgroup through mbarriers) against the split kernel (gemm's default Triton kernel) and
+    warpgroup through mbarriers; code bytes loaded as bytes or as words) against the split kernel (gemm's default Triton kernel) and
     _wgmma_kernel, each checked against the dequant route (FP32 sums in another order; the
     GPU tier checks the bound), at every GEMM shape; nvfp4 (CVT and LUT decode), ue5m3, mxfp4."""
     if SMOKE:
@@ -781,7 +781,9 @@ def gemm_ws():
             c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
             runs = [("split (default)", lambda: gk.gemm(pa, pb, impl="triton")),
                     ("wgmma", lambda: gw.launch(pa, pb, c, m, n, k, plan))]
-            runs += [(f"ws {list(cfg)}", lambda cfg=cfg: gw.launch_ws(pa, pb, c, m, n, k, plan, cfg)) for cfg in WS_CFGS]
+            runs += [(f"ws {list(cfg)}" + (" words" if words else ""),
+                      lambda cfg=cfg, words=words: gw.launch_ws(pa, pb, c, m, n, k, plan, cfg, words))
+                     for cfg in WS_CFGS for words in (False, True)]
             for label, fn in runs:
                 if left() < 20 or (label == "split (default)" and decode):
                     continue

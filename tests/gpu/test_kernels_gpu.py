@@ -195,11 +195,13 @@ def test_gemm_wgmma_within_bound(pair, cfg, monkeypatch):
     assert launched
 
 
-@pytest.mark.parametrize("cfg", [None, (128, 128, 64, 8, 4, 4, 120, 168)])
+@pytest.mark.parametrize("cfg,words", [(None, False), ((128, 128, 64, 8, 4, 4, 120, 168), False), (None, True),
+                                       ((128, 128, 64, 8, 4, 4, 120, 168), True)])
 @pytest.mark.parametrize("pair", WGMMA_PAIRS)
-def test_gemm_ws_within_bound(pair, cfg):
+def test_gemm_ws_within_bound(pair, cfg, words):
     """The warp-specialised kernel (gemm_wgmma._ws_kernel) meets the bound for every LUT/CVT
-    pair, on shapes with partial tiles and K of 1, 3 and 64 steps (its mbarrier phases wrap)."""
+    pair, on shapes with partial tiles and K of 1, 3 and 64 steps (its mbarrier phases wrap),
+    with the code bytes loaded as bytes or as words."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
     from fourcast.kernels import gemm_wgmma
@@ -210,8 +212,8 @@ def test_gemm_ws_within_bound(pair, cfg):
         b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
         for out in (torch.bfloat16, torch.float32):
             c = torch.full((m, n), float("nan"), dtype=out, device=DEV)  # poisoned: every element written
-            gemm_wgmma.launch_ws(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg)
-            assert _within_bound(c, a, b, out), (pair, cfg, (m, n, k), out)
+            gemm_wgmma.launch_ws(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg, words)
+            assert _within_bound(c, a, b, out), (pair, cfg, words, (m, n, k), out)
 
 
 def _mx_with_wide_row(m, k, seed):

@@ -32,8 +32,8 @@ from fourcast.kernels.utils import parse_fmt
 
 fa, fb, cfg, parts = json.loads(sys.argv[1])
 a, b = parse_fmt(testing.FORMATS[fa]), parse_fmt(testing.FORMATS[fb])
-k = (gw.compile_ws_sm90(a, b, gk.split_plan(a, b), tuple(cfg)) if parts == "ws"
-     else gw.compile_sm90(a, b, gk.split_plan(a, b), tuple(cfg), parts=parts))
+k = (gw.compile_ws_sm90(a, b, gk.split_plan(a, b), tuple(cfg), words=parts == "ws-words")
+     if str(parts).startswith("ws") else gw.compile_sm90(a, b, gk.split_plan(a, b), tuple(cfg), parts=parts))
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 def tool(name, *args):
@@ -44,14 +44,16 @@ def tool(name, *args):
                               check=True).stdout
 
 ptx = k.asm["ptx"]
-hgmma = [ln for ln in tool("nvdisasm", "-c").splitlines() if "HGMMA" in ln]
+sass = tool("nvdisasm", "-c").splitlines()
+hgmma = [ln for ln in sass if "HGMMA" in ln]
 print(json.dumps(dict(
     wgmma="wgmma.mma_async" in ptx, waits=re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx),
     st_shared="st.shared" in ptx, prmt="prmt" in ptx, shared=k.metadata.shared,
     local=int(re.search(r"LOCAL:(\d+)", tool("cuobjdump", "-res-usage")).group(1)),
     hgmma=len(hgmma), hgmma_waiting=sum("gsb0" in ln for ln in hgmma),
     setmaxnreg=re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx),
-    mbarrier_waits=len(re.findall(r"mbarrier\.try_wait", ptx)))))
+    mbarrier_waits=len(re.findall(r"mbarrier\.try_wait", ptx)),
+    prmt_sass=sum(" PRMT " in ln for ln in sass))))
 """
 
 
@@ -94,6 +96,16 @@ def test_warp_specialised_kernel_compiles_with_async_wgmma_and_no_spills(pair, c
     assert any(d == "inc" and int(n) > cfg[6] for d, n in budgets), budgets  # the MMA partition's, above it
     assert k["local"] == 0
     assert k["mbarrier_waits"] >= 2
+
+
+def test_code_words_spare_the_decoders_the_byte_unpacking():
+    """WORDS: the decode partitions load code words, which the PTX routine takes as they are;
+    with bytes, the compiler unpacks each loaded word into bytes and packs them back (the PRMTs
+    that ncu's long-scoreboard stalls sat behind, kernels-h200.md session 11)."""
+    pair = ("nvfp4", "nvfp4-2d")
+    words, nbytes = _compiled(pair, gemm_wgmma.WS_CONFIG, "ws-words"), _compiled(pair, gemm_wgmma.WS_CONFIG, "ws")
+    assert words["wgmma"] and words["local"] == 0 and words["mbarrier_waits"] >= 2
+    assert words["prmt_sass"] < nbytes["prmt_sass"] // 4, (words["prmt_sass"], nbytes["prmt_sass"])
 
 
 def test_the_timing_parts_leave_out_what_they_say():

@@ -122,6 +122,52 @@ def _decode_store(codes, sbytes, lo_slot, hi_slot, SCALE: gl.constexpr, DOT_F16:
 
 
 @gluon.jit
+def _load_words(CODES, SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.constexpr, LW: gl.constexpr):
+    """_load_step with the code bytes as two 32-bit words per group [R, G, 2] (byte 4w + j
+    of a group in bits 8j .. 8j + 7 of word w): the PTX routine takes four code bytes in one
+    register, so nothing unpacks them (decode partitions with WORDS; see _decode_words)."""
+    w = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW)))
+    w3 = gl.expand_dims(gl.expand_dims(w, 0), 1)
+    base = gl.expand_dims(rows * (K // 8) + k0 // 8 + groups * 2, 2)
+    words = gl.load(CODES.to(gl.pointer_type(gl.int32), bitcast=True) + base + w3)
+    blk: gl.constexpr = 16 if TILE2D else B
+    srow = rows // 16 if TILE2D else rows
+    return words, gl.load(SCALES + srow * (K // blk) + (k0 + groups * (2 * BYTES_PER_THREAD)) // blk)
+
+
+@gluon.jit
+def _decode_words(words, sbytes, lo_slot, hi_slot, SCALE: gl.constexpr, DOT_F16: gl.constexpr,
+                  ASM: gl.constexpr, R: gl.constexpr, BKH: gl.constexpr):
+    """_decode_store on code words: the same PTX routine, one word in, its four 16-bit pairs
+    out as 32-bit words (low nibbles' 0-1 and 2-3, high nibbles' 0-1 and 2-3), stored into the
+    slots viewed as 32-bit words. The swizzle moves 16-byte units, so that view holds the
+    same bytes at the same places as the 16-bit one."""
+    h = _scale_values(sbytes, SCALE, DOT_F16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+    pair = gl.broadcast(gl.expand_dims(h | (h << 16), 2), words)[0]
+    l01, l23, h01, h23 = gl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [words, pair, pair],
+                                                   dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True,
+                                                   pack=1)
+    SW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * BKH), element_bitwidth=32, rank=2)
+    _as_words(lo_slot, R, BKH // 2, SW).store(gl.reshape(gl.join(l01, l23), [R, BKH // 2]))
+    _as_words(hi_slot, R, BKH // 2, SW).store(gl.reshape(gl.join(h01, h23), [R, BKH // 2]))
+
+
+@gluon.jit
+def _as_words_36(slot, R: gl.constexpr, W: gl.constexpr, LAYOUT: gl.constexpr):
+    return slot._reinterpret(gl.int32, [R, W], LAYOUT)
+
+
+@gluon.jit
+def _as_words_39(slot, R: gl.constexpr, W: gl.constexpr, LAYOUT: gl.constexpr):
+    return slot.reinterpret(gl.int32, [R, W], LAYOUT)
+
+
+# A ring slot viewed as 32-bit words: Triton 3.6 names the view _reinterpret, later
+# releases reinterpret (the other function is never compiled).
+_as_words = _as_words_39 if hasattr(gl.shared_memory_descriptor, "reinterpret") else _as_words_36
+
+
+@gluon.jit
 def _ring(DOT_F16: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BKH: gl.constexpr, STAGES: gl.constexpr):
     """The shared-memory ring of decoded operands: (A low nibbles, A high, B low, B high),
     STAGES slots of [rows, BKH] each, in the MMA's 16-bit type and wgmma's swizzled layout."""
@@ -204,24 +250,36 @@ def _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP: gl.constexpr, BM: 
 @gluon.jit
 def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, SCALE: gl.constexpr,
                       B: gl.constexpr, TILE2D: gl.constexpr, ASM: gl.constexpr, DOT_F16: gl.constexpr,
-                      R: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr):
+                      R: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
+                      WORDS: gl.constexpr):
     """Worker of _ws_kernel: decode one operand's R rows, step after step, into the ring
-    (wait until the MMA partition has freed the slot; store; fence; arrive on ready)."""
+    (wait until the MMA partition has freed the slot; store; fence; arrive on ready).
+    WORDS: the code bytes as 32-bit words (_load_words, _decode_words)."""
     BKH: gl.constexpr = BK // 2
     G: gl.constexpr = BKH // BYTES_PER_THREAD
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, BYTES_PER_THREAD], [32 // G, G, 1], [NW, 1, 1], [2, 1, 0])
+    PER: gl.constexpr = 2 if WORDS else BYTES_PER_THREAD
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, PER], [32 // G, G, 1], [NW, 1, 1], [2, 1, 0])
     ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
     GROUPS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, L3))
     groups = gl.expand_dims(gl.arange(0, G, layout=GROUPS), 0)
     r = gl.expand_dims(gl.minimum(row0 + gl.arange(0, R, layout=ROWS), rows - 1), 1)
     steps = K // BK
-    codes, sbytes = _load_step(CODES, SCALES, r, groups, 0, K, B, TILE2D, L3)
+    if WORDS:
+        codes, sbytes = _load_words(CODES, SCALES, r, groups, 0, K, B, TILE2D, L3)
+    else:
+        codes, sbytes = _load_step(CODES, SCALES, r, groups, 0, K, B, TILE2D, L3)
     for i in range(steps):
         slot = i % STAGES
         k_next = gl.where(i + 1 < steps, (i + 1) * BK, 0)
-        codes_next, sbytes_next = _load_step(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
+        if WORDS:
+            codes_next, sbytes_next = _load_words(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
+        else:
+            codes_next, sbytes_next = _load_step(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
         mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
-        _decode_store(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH)
+        if WORDS:
+            _decode_words(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH)
+        else:
+            _decode_store(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH)
         fence_async_shared()
         mbarrier.arrive(ready.index(slot), count=1)
         codes, sbytes = codes_next, sbytes_next
@@ -254,7 +312,8 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                B_SCALE: gl.constexpr, B_B: gl.constexpr, B_TILE2D: gl.constexpr, B_ASM: gl.constexpr,
                DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, INSTR_N: gl.constexpr,
-               num_warps: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+               num_warps: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+               WORDS: gl.constexpr = False):
     """Warp-specialised _wgmma_kernel: two decode partitions (A's rows, B's rows) fill the
     shared-memory ring while the default partition (num_warps = 4: one warpgroup) runs the
     wgmmas, so decode and MMA overlap by construction (in _wgmma_kernel they took turns:
@@ -274,9 +333,9 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
         (_mma_partition, (a_lo, a_hi, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n, EPI_EXP,
                           BM, BN, BK, STAGES, MMA)),
         (_decode_partition, (A_CODES, A_SCALES, pid_m * BM, M, K, a_lo, a_hi, empty, ready, A_SCALE, A_B, A_TILE2D,
-                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS)),
+                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS, WORDS)),
         (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
-                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS)),
+                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, WORDS)),
     ], [PRODUCER_WARPS, PRODUCER_WARPS], [PRODUCER_REGS, PRODUCER_REGS])
 
 
@@ -285,8 +344,10 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 WS_CONFIG = (128, 128, 128, 8, 3, 4, 128, 168)
 
 
-def launch_ws(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None) -> None:
-    """C = A . B^T into c with _ws_kernel; cfg as WS_CONFIG."""
+def launch_ws(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
+              words: bool = False) -> None:
+    """C = A . B^T into c with _ws_kernel; cfg as WS_CONFIG; words: the decoders load code
+    words (_load_words; not yet run on a GPU at session 11's end)."""
     bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg or WS_CONFIG
     if k % bk:
         raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
@@ -296,7 +357,7 @@ def launch_ws(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tu
     _ws_kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
                      b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan),
                      BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages, INSTR_N=min(bn, 256), num_warps=4,
-                     PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, maxnreg=maxnreg)
+                     PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, WORDS=words, maxnreg=maxnreg)
 
 
 def config(m: int, n: int, k: int) -> tuple:
@@ -357,9 +418,9 @@ def compile_sm90(a_spec, b_spec, plan: dict, cfg: tuple, out: str = "*bf16", par
     return _compile_offline(_wgmma_kernel, consts, out, dict(num_warps=warps))
 
 
-def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str = "*bf16"):
+def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str = "*bf16", words: bool = False):
     """_ws_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
     bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg
     consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
-                  INSTR_N=min(bn, 256), num_warps=4, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs)
+                  INSTR_N=min(bn, 256), num_warps=4, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, WORDS=words)
     return _compile_offline(_ws_kernel, consts, out, dict(num_warps=4, maxnreg=maxnreg))
