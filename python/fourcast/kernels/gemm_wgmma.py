@@ -103,11 +103,16 @@ def _load_step(CODES, SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.c
     byte = gl.arange(0, BYTES_PER_THREAD, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
     byte3 = gl.expand_dims(gl.expand_dims(byte, 0), 1)
     base = gl.expand_dims(rows * (K // 2) + k0 // 2 + groups * BYTES_PER_THREAD, 2)
-    codes = gl.load(CODES + base + byte3)
+    return gl.load(CODES + base + byte3), _load_scales(SCALES, rows, groups, k0, K, B, TILE2D)
+
+
+@gluon.jit
+def _load_scales(SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.constexpr):
+    """A step's scale bytes [R, G]: group g holds elements k0 + 16 g .. k0 + 16 g + 15, in
+    block (k0 + 16 g) // blk of its row (of its 16-row band for 16 x 16 tiles)."""
     blk: gl.constexpr = 16 if TILE2D else B
     srow = rows // 16 if TILE2D else rows
-    # group g holds elements k0 + 16 g .. k0 + 16 g + 15: block (k0 + 16 g) // blk
-    return codes, gl.load(SCALES + srow * (K // blk) + (k0 + groups * (2 * BYTES_PER_THREAD)) // blk)
+    return gl.load(SCALES + srow * (K // blk) + (k0 + groups * (2 * BYTES_PER_THREAD)) // blk)
 
 
 @gluon.jit
@@ -130,9 +135,7 @@ def _load_words(CODES, SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.
     w3 = gl.expand_dims(gl.expand_dims(w, 0), 1)
     base = gl.expand_dims(rows * (K // 8) + k0 // 8 + groups * 2, 2)
     words = gl.load(CODES.to(gl.pointer_type(gl.int32), bitcast=True) + base + w3)
-    blk: gl.constexpr = 16 if TILE2D else B
-    srow = rows // 16 if TILE2D else rows
-    return words, gl.load(SCALES + srow * (K // blk) + (k0 + groups * (2 * BYTES_PER_THREAD)) // blk)
+    return words, _load_scales(SCALES, rows, groups, k0, K, B, TILE2D)
 
 
 @gluon.jit

@@ -263,37 +263,26 @@ impl Hw {
                     .unwrap_or(&e.triton_quant_rht_ns_per_elem)
                     .value
                     * 1e-9,
-                sr_s_per_elem: e
-                    .triton_quant_sr_ns_per_elem
-                    .as_ref()
-                    .map_or(0.0, |n| n.value * 1e-9),
-                sr4_s_per_elem: e
-                    .triton_quant_sr4_ns_per_elem
-                    .as_ref()
-                    .or(e.triton_quant_sr_ns_per_elem.as_ref())
-                    .map_or(0.0, |n| n.value * 1e-9),
-                sr16_s_per_elem: e
-                    .triton_quant_sr16_ns_per_elem
-                    .as_ref()
-                    .or(e.triton_quant_sr4_ns_per_elem.as_ref())
-                    .or(e.triton_quant_sr_ns_per_elem.as_ref())
-                    .map_or(0.0, |n| n.value * 1e-9),
-                amax_s_per_elem: e
-                    .triton_quant_amax_ns_per_elem
-                    .as_ref()
-                    .map_or(0.0, |n| n.value * 1e-9),
-                amax_tile_s: e
-                    .triton_quant_amax_tile_ns
-                    .as_ref()
-                    .map_or(0.0, |n| n.value * 1e-9),
-                prefetch_saving_s_per_elem: e
-                    .triton_quant_prefetch_saving_ns_per_elem
-                    .as_ref()
-                    .map_or(0.0, |n| n.value * 1e-9),
-                sr16_int_saving_s_per_elem: e
-                    .triton_quant_sr16_int_saving_ns_per_elem
-                    .as_ref()
-                    .map_or(0.0, |n| n.value * 1e-9),
+                sr_s_per_elem: optional_ns(&e.triton_quant_sr_ns_per_elem),
+                sr4_s_per_elem: optional_ns(
+                    e.triton_quant_sr4_ns_per_elem
+                        .as_ref()
+                        .or(e.triton_quant_sr_ns_per_elem.as_ref()),
+                ),
+                sr16_s_per_elem: optional_ns(
+                    e.triton_quant_sr16_ns_per_elem
+                        .as_ref()
+                        .or(e.triton_quant_sr4_ns_per_elem.as_ref())
+                        .or(e.triton_quant_sr_ns_per_elem.as_ref()),
+                ),
+                amax_s_per_elem: optional_ns(&e.triton_quant_amax_ns_per_elem),
+                amax_tile_s: optional_ns(&e.triton_quant_amax_tile_ns),
+                prefetch_saving_s_per_elem: optional_ns(
+                    &e.triton_quant_prefetch_saving_ns_per_elem,
+                ),
+                sr16_int_saving_s_per_elem: optional_ns(
+                    &e.triton_quant_sr16_int_saving_ns_per_elem,
+                ),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,
                 eager_clock_hz: e
                     .torch_eager_gemm_clock_ghz
@@ -433,4 +422,9 @@ impl Hw {
             .map(|e| e.name())
             .collect()
     }
+}
+
+/// Seconds of an optional emulation term given in ns (absent: 0, the term not fitted).
+fn optional_ns<'a>(term: impl Into<Option<&'a super::profile::Num>>) -> f64 {
+    term.into().map_or(0.0, |n| n.value * 1e-9)
 }
