@@ -377,6 +377,9 @@ STRIP_CALLS = (("X", "rtne", ("decoded", "packed"), 2 + 2 + 0.5 + 1 / 16),
                ("dY sr16", "sr16", ("decoded", "decoded"), 2 + 2 + 2))
 
 
+STRIP_OVERRIDES = ("strip", "strip_iters", "strip_maxnreg", "strip_gather")
+
+
 def strip_variants(key: str, shapes, variants_of):
     """Time STRIP_CALLS at each shape under each variant (variants_of(call name): a list of
     (label fields, CONFIG_OVERRIDE entries)), each variant's outputs compared bit for bit
@@ -392,7 +395,7 @@ def strip_variants(key: str, shapes, variants_of):
             for fields, overrides in variants_of(name):
                 if left() < 30:
                     break
-                for k in ("strip", "strip_iters", "strip_maxnreg"):
+                for k in STRIP_OVERRIDES:
                     qk.CONFIG_OVERRIDE.pop(k, None)
                 qk.CONFIG_OVERRIDE.update(overrides)
 
@@ -417,7 +420,7 @@ def strip_variants(key: str, shapes, variants_of):
                 log(row)
         save()
         del x
-    for k in ("strip", "strip_iters", "strip_maxnreg"):
+    for k in STRIP_OVERRIDES:
         qk.CONFIG_OVERRIDE.pop(k, None)
 
 
@@ -455,6 +458,18 @@ def strip_tall():
         return [(dict(tile=list(t), iters=i), dict(strip=t, **({"strip_iters": i} if i is not None else {})))
                 for t, i in tiles]
     strip_variants("strip_tall", shapes, variants)
+
+
+@section("strip kernel: gathered column stores")
+def strip_gather():
+    """The X call with the column copy's code and scale bytes stored once a program
+    (strip GATHER, the default) and a tile at a time (the session-11 kernel), at ITERS 4
+    (the default at these shapes) and 2; outputs compared with the default's bit for bit."""
+    shapes = ((32768, 2304), (32768, 768), (8192, 4096), (32768, 4096)) if not SMOKE else ((64, 64),)
+    for sample in range(ARGS.repeat):  # --repeat: samples of every variant, in turn
+        variants = [(dict(gather=g, iters=i, sample=sample), dict(strip_gather=g, **({"strip_iters": i} if i else {})))
+                    for i in (None, 2) for g in (True, False)]
+        strip_variants("strip_gather", shapes, lambda name, v=variants: v if name == "X" else [])
 
 
 @section("GEMM epilogue cost")
@@ -596,37 +611,9 @@ def peers():
     log(RES["peers"])
 
 
-def best_gemm_config(a, b):
-    cands = [(128, 128, 32, 8, 8, 3), (128, 128, 64, 8, 8, 3), (128, 256, 32, 8, 8, 3), (256, 128, 32, 8, 8, 3),
-             (128, 128, 32, 8, 4, 4)]
-    if SMOKE:
-        cands = [(16, 16, 32, 1, 4, 1)]
-    best = None
-    for cfg in cands:
-        if left() < 90:
-            break
-        gk.CONFIG_OVERRIDE["cfg"] = cfg
-        try:
-            gk.gemm(a, b, impl="triton")
-            t = ms(lambda: gk.gemm(a, b, impl="triton"))
-        except Exception as exc:
-            RES["errors"].append(f"gemm config {cfg}: {exc!r}")
-            continue
-        n3 = BIG[0] ** 3
-        RES["gemm"].append(dict(variant=f"config {cfg}", shape="x".join([str(BIG[0])] * 3), ms=t,
-                                tflops=2 * n3 / t / 1e9))
-        log(f"gemm config {cfg}: {2 * n3 / t / 1e9:.0f} TFLOP/s")
-        if best is None or t < best[1]:
-            best = (cfg, t)
-    gk.CONFIG_OVERRIDE.pop("cfg", None)
-    return best[0] if best else None
-
-
 @section("packed GEMM")
 def gemm_bench():
     bf = RES["ceilings"].get("bf16", {})
-    a = qk.quantize(rand(BIG), F["nvfp4"])
-    b = qk.quantize(rand(BIG), F["nvfp4"])
     # correctness at a size where float64 is cheap
     cs = ((2048, 4096), (1024, 4096)) if not SMOKE else ((32, 64), (16, 64))
     for (fa, fb) in (("nvfp4", "nvfp4-2d"), ("mxfp4", "mxfp4")):
@@ -640,10 +627,7 @@ def gemm_bench():
                                       impl == "fp8" else ""), ok=bool((err <= bound).all()),
                                       max_err_over_bound=float((err / bound).max()),
                                       fp8_fallback=gk.STATS["fp8_fallbacks"] != before))
-    cfg = best_gemm_config(a, b)
-    if cfg:
-        gk.CONFIG_OVERRIDE["cfg"] = cfg
-    RES["notes"].append(f"gemm config used (triton impl): {cfg}")
+    RES["notes"].append(f"gemm kernel used (triton impl): {gk.KERNEL} where it applies, with its default configs")
     for fname in ("nvfp4", "mxfp4", "ufp4"):
         for (m, n, k) in GEMM_SHAPES:
             if left() < 60:
@@ -657,7 +641,6 @@ def gemm_bench():
             for impl in gemm_impls(fname):
                 time_gemm(fname, impl, pa, pb, (m, n, k), bf)
         save()
-    gk.CONFIG_OVERRIDE.pop("cfg", None)
 
 
 @section("packed GEMM kernel variants")
@@ -756,16 +739,49 @@ def gemm_wgmma_parts():
         save()
 
 
-# (BM, BN, BK, GROUP_M, STAGES, producer warps, producer registers, maxnreg) of gemm_ws.
-WS_CFGS = ((128, 128, 128, 8, 3, 4, 128, 168), (128, 128, 64, 8, 4, 4, 120, 168), (128, 128, 64, 8, 3, 4, 120, 168))
+@section("gemm_ws: its parts timed alone")
+def gemm_ws_parts():
+    """gemm_wgmma_parts for the warp-specialised kernel (gemm's default on Hopper) at its
+    default config: PARTS 3 (the kernel), 1 (the decode partitions only: the MMA partition
+    passes the slots on) and 2 (the MMA partition only), nvfp4, ue5m3 and mxfp4, two shapes.
+    With full overlap the kernel takes the longer part."""
+    if SMOKE:
+        return  # Gluon: a GPU only
+    from fourcast.kernels import gemm_wgmma as gw
+
+    bf = RES["ceilings"].get("bf16", {})
+    for (m, n, k) in (GEMM_SHAPES[0], (8192, 28672, 4096)):
+        key = f"{m}x{n}x{k}"
+        c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
+        for fname in ("nvfp4", "ue5m3", "mxfp4"):
+            pa = qk.quantize(rand((m, k)), F[fname])
+            pb = qk.quantize(rand((n, k)), F[fname])
+            plan = gk.split_plan(pa.spec, pb.spec)
+            for parts in (3, 1, 2):
+                if left() < 30:
+                    return
+                t = ms(lambda: gw.launch_ws(pa, pb, c, m, n, k, plan, None, parts))
+                tf = 2 * m * n * k / t / 1e9
+                row = dict(shape=key, fmt=fname, cfg=list(gw.ws_config(k)), parts=parts, ms=t, tflops=tf,
+                           vs_cublas_bf16=tf / bf[key]["tflops"] if key in bf else None)
+                RES.setdefault("gemm_ws_parts", []).append(row)
+                log(row)
+            save()
+
+
+# (BM, BN, BK, GROUP_M, STAGES, producer warps, producer registers, maxnreg) of gemm_ws beside
+# gemm_wgmma's WS_CONFIG and WS_CONFIG_BK64: 8-warp decoders at 80 registers (20 warps launch
+# at 96, the MMA warpgroup gets 160): as fast as WS_CONFIG (session 12, call 2).
+WS_CFGS = ((128, 128, 128, 8, 3, 8, 80, 96),)
 
 
 @section("gemm_ws: the warp-specialised packed GEMM")
 def gemm_ws():
-    """gemm_wgmma's warp-specialised kernel (_ws_kernel: decode partitions feed one MMA
-    warpgroup through mbarriers; code bytes loaded as bytes or as words) against the split kernel (gemm's default Triton kernel) and
-    _wgmma_kernel, each checked against the dequant route (FP32 sums in another order; the
-    GPU tier checks the bound), at every GEMM shape; nvfp4 (CVT and LUT decode), ue5m3, mxfp4."""
+    """gemm_wgmma's warp-specialised kernel (_ws_kernel, gemm's default on Hopper: decode
+    partitions feed one MMA warpgroup through mbarriers) at its configs against the split
+    kernel and _wgmma_kernel, each checked against the dequant route (FP32 sums in another
+    order; the GPU tier checks the bound), at every GEMM shape; nvfp4 (CVT and LUT decode),
+    ue5m3, mxfp4."""
     if SMOKE:
         return  # Gluon: a GPU only
     from fourcast.kernels import gemm_wgmma as gw
@@ -779,13 +795,20 @@ def gemm_ws():
             ref_c = gk.gemm(pa, pb, impl="dequant").float()
             plan = gk.split_plan(pa.spec, pb.spec, decode)
             c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
-            runs = [("split (default)", lambda: gk.gemm(pa, pb, impl="triton")),
-                    ("wgmma", lambda: gw.launch(pa, pb, c, m, n, k, plan))]
-            runs += [(f"ws {list(cfg)}" + (" words" if words else ""),
-                      lambda cfg=cfg, words=words: gw.launch_ws(pa, pb, c, m, n, k, plan, cfg, words))
-                     for cfg in WS_CFGS for words in (False, True)]
+
+            def split():
+                gk.CONFIG_OVERRIDE["kernel"] = "split"
+                try:
+                    return gk.gemm(pa, pb, impl="triton")
+                finally:
+                    gk.CONFIG_OVERRIDE.pop("kernel")
+
+            runs = [("split", split), ("wgmma", lambda: gw.launch(pa, pb, c, m, n, k, plan))]
+            runs += [(f"ws {list(cfg)}" + (" (default)" if cfg == gw.ws_config(k) else ""),
+                      lambda cfg=cfg: gw.launch_ws(pa, pb, c, m, n, k, plan, cfg))
+                     for cfg in (gw.WS_CONFIG, gw.WS_CONFIG_BK64, *WS_CFGS)]
             for label, fn in runs:
-                if left() < 20 or (label == "split (default)" and decode):
+                if left() < 20 or (label == "split" and decode):
                     continue
                 try:
                     out = fn()
@@ -1095,16 +1118,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
     ap.add_argument("--only", default="", help="comma-separated section names to run")
-    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed: samples of every shape, in turn")
+    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather: samples of every shape, "
+                    "in turn")
     ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
     steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, strip_iters, strip_tall,
-             gemm_epilogue,
+             strip_gather, gemm_epilogue,
              decode_layout,
              layer_profiles, peers,
-             gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
+             gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, qlinear_graphed,
+             qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]
     for s in steps:

@@ -26,12 +26,17 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   an element written with "sr16" saves in quantizer revision 11's integer form, fitted on
   the per-call drop of the same row+col calls from a run of the float form to a run of the
   integer one (least squares weighted by calls).
+- gather: `emulation.triton_quant_gather_saving_ns_per_elem` (--gather-fit): what a row+col
+  call saves per input element when its strip programs of several row tiles store the packed
+  column copy's code and scale bytes once (quantizer revision 12), fitted on the per-call drop
+  of the same calls from a run before it to a run of it (least squares weighted by calls).
 
-Quantizer revisions: profiles do not record which quantizer kernels ran, so `quant_rev_of`
+Quantizer revisions: profiles up to run 17 do not record which quantizer kernels ran, so `quant_rev_of`
 tags a committed run with the session whose kernels did (as project.project(quant_rev=...)
 does), and `quant_kernel` says what those kernels did, as rust ops.rs `quant_kernel`: up to
 9 (training-h200 runs up to 14) one row tile a strip program, float sr16; 10 (runs 15-16) up
-to 4 tiles (kernels/strip.py strip_iters), float sr16; 11 (run 17 on) integer sr16.
+to 4 tiles (kernels/strip.py strip_iters), float sr16; 11 (run 17) integer sr16; 12 (run 18
+on, whose profiles record it) the column copy's bytes stored once a program (`gathers`).
 
 --measure gpu fits and checks against GPU time: the profile's "gpu_ops" (the ops of the
 timeline step, each with the GPU time of the kernels it launched; runs recorded with
@@ -69,7 +74,7 @@ def run_dir(recipe: str) -> pathlib.Path:
 
 
 STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
-QUANT_REV = 11  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
+QUANT_REV = 12  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
 
 
 def quant_kernel(rev: int | None) -> tuple[int, bool]:
@@ -90,7 +95,7 @@ def quant_rev_of(path: pathlib.Path | str) -> int | None:
     if not m:
         return None
     n = int(m.group(1))
-    return 9 if n <= 14 else 10 if n <= 16 else 11 if n == 17 else None
+    return 9 if n <= 14 else 10 if n <= 16 else 11 if n == 17 else None  # run 18 on: in profile.json
 
 
 # Per-call GPU means (ms) of run 15's ue5m3 row+col calls (every strip call took up to four
@@ -230,15 +235,16 @@ def row_col_ms(recipe: str) -> dict[tuple, tuple[float, float, dict]]:
     return out
 
 
-def _paired_saving(pairs: list[tuple[str, str]], elems_of, what: str) -> float:
+def _paired_saving(pairs: list[tuple[str, str]], elems_of, what: str, after: bool = False) -> float:
     """A saving in ns per element from (before, after) run pairs of the same calls: least
     squares of each row+col call's drop in GPU time (ms per call) against elems_of(call's
-    quantize op, before run), weighted by the before run's calls."""
+    quantize op, before run) (after: the after run's op and run), weighted by the before
+    run's calls."""
     x, y, w = [], [], []
-    for before, after in pairs:
-        a, b = row_col_ms(before), row_col_ms(after)
+    for before, after_run in pairs:
+        a, b = row_col_ms(before), row_col_ms(after_run)
         for key, (calls, ms, q) in a.items():
-            elems = elems_of(q, before)
+            elems = 0.0 if key not in b else elems_of(*((b[key][2], after_run) if after else (q, before)))
             if key in b and elems:
                 x.append(elems)
                 y.append((ms - b[key][1]) * 1e-3)
@@ -258,6 +264,35 @@ def fit_prefetch(pairs: list[tuple[str, str]]) -> float:
         if quant_kernel(quant_rev_of(run_dir(one)))[0] != 1 or quant_kernel(quant_rev_of(run_dir(multi)))[0] == 1:
             raise SystemExit(f"--prefetch-fit {one}:{multi}: the first run must be a one-tile run, the second not")
     return _paired_saving(pairs, lambda q, _run: overlapped_elems(q, STRIP_ITERS), "prefetch")
+
+
+def gathers(rev: int | None) -> bool:
+    """Whether quantizer revision `rev` (None: the current one) stores a strip program's
+    packed column copy once (rust ops.rs QuantKernel.gather)."""
+    return (QUANT_REV if rev is None else rev) >= 12
+
+
+def gathered_elems(q: dict, max_iters: int) -> float:
+    """The input elements of a row+col call whose packed 4-bit column copy a strip program of
+    several row tiles stores once (ops.rs emulated_quant_s `gathered`)."""
+    outs = q.get("outputs", [])
+    if len(outs) != 2 or outs[1].get("decoded") or outs[1]["format"]["element"] not in FOUR_BIT:
+        return 0.0
+    return q["numel"] if strip_tiles(q, max_iters)[1] > 1 else 0.0
+
+
+FOUR_BIT = ("e2m1", "e1m2", "int4", "int4-sm")
+
+
+def fit_gather(pairs: list[tuple[str, str]]) -> float:
+    """`triton_quant_gather_saving_ns_per_elem` from (run before revision 12, run of it) pairs
+    of the same calls, per input element of a call with a packed column copy (the copies'
+    kinds from the second run's profile, which records them)."""
+    for old, new in pairs:
+        if gathers(quant_rev_of(run_dir(old))) or not gathers(quant_rev_of(run_dir(new))):
+            raise SystemExit(f"--gather-fit {old}:{new}: the first run must store a tile's column bytes at a "
+                             "time (revision < 12), the second gather them")
+    return _paired_saving(pairs, lambda q, _run: gathered_elems(q, STRIP_ITERS), "gather", after=True)
 
 
 def fit_sr16_int(pairs: list[tuple[str, str]]) -> float:
@@ -373,6 +408,9 @@ def main() -> None:
     ap.add_argument("--sr16-int-fit", default="",
                     help="comma-separated OLD:NEW pairs of runs (as --quant-fit: a run of the float sr16, a run of "
                          "the integer one) whose row+col calls fit triton_quant_sr16_int_saving_ns_per_elem")
+    ap.add_argument("--gather-fit", default="",
+                    help="comma-separated OLD:NEW pairs of runs (as --quant-fit: a run before quantizer revision 12, "
+                         "a run of it) whose row+col calls fit triton_quant_gather_saving_ns_per_elem")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     ap.add_argument("--quant-only", action="store_true",
                     help="fit (and write) only the quantizer terms; attention and GEMM terms stay as the file has them")
@@ -401,12 +439,17 @@ def main() -> None:
         hw = hw.set("emulation.triton_quant_prefetch_saving_ns_per_elem", prefetch)
         print(f"triton_quant_prefetch_saving_ns_per_elem {prefetch} (the row+col calls of "
               f"{', '.join(m for _, m in prefetch_fit)} against {', '.join(o for o, _ in prefetch_fit)})")
-    sr16_int_fit = [tuple(p.split(":")) for p in args.sr16_int_fit.split(",") if p]
-    if sr16_int_fit:
-        sr16_int = round(fit_sr16_int(sr16_int_fit), 6)
-        hw = set_term(hw, "triton_quant_sr16_int_saving_ns_per_elem", sr16_int)
-        print(f"triton_quant_sr16_int_saving_ns_per_elem {sr16_int} (the row+col sr16 calls of "
-              f"{', '.join(n for _, n in sr16_int_fit)} against {', '.join(o for o, _ in sr16_int_fit)})")
+    paired = {}  # the (old run, new run) fits of one saving term each: term -> (pairs, value)
+    for arg, fit, term in ((args.gather_fit, fit_gather, "triton_quant_gather_saving_ns_per_elem"),
+                           (args.sr16_int_fit, fit_sr16_int, "triton_quant_sr16_int_saving_ns_per_elem")):
+        pairs = [tuple(p.split(":")) for p in arg.split(",") if p]
+        if pairs:
+            paired[term] = (pairs, round(fit(pairs), 6))
+            hw = set_term(hw, term, paired[term][1])
+            print(f"{term} {paired[term][1]} (the row+col calls of {', '.join(n for _, n in pairs)} "
+                  f"against {', '.join(o for o, _ in pairs)})")
+    gather_fit, gather = paired.get("triton_quant_gather_saving_ns_per_elem", ([], None))
+    sr16_int_fit, sr16_int = paired.get("triton_quant_sr16_int_saving_ns_per_elem", ([], None))
     lt_fit = tuple(r for r in args.lt_fit.split(",") if r)
     if lt_fit:
         lt = round(fit_cublaslt(hw, lt_fit), 3)
@@ -455,6 +498,12 @@ def main() -> None:
                           f"{', '.join(f'{n} against {o}' for o, n in sr16_int_fit)}"
                           ": the same calls with float and with integer sr16; the rest held out: "
                           "projection-h200.md, session 11)")
+        if gather_fit:
+            others["triton_quant_gather_saving_ns_per_elem"] = (
+                gather, f"{tool} (GPU time of the row+col quantize calls of "
+                        f"{', '.join(f'{n} against {o}' for o, n in gather_fit)}"
+                        ": the same calls with a tile's and a program's column bytes stored at once; the rest "
+                        "held out: projection-h200.md, session 12)")
         if lt_fit:
             others["cublaslt_gemm_time_factor"] = (lt, f"{tool} ({timed} of the GEMM ops of "
                                                    f"{', '.join(f if '/' in f else f'{run}/{f}' for f in lt_fit)}: "

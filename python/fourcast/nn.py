@@ -555,6 +555,7 @@ class QLinear(nn.Linear):
         tracer, meta = _TRACER, None
         if tracer is not None:
             meta = self._trace_meta(t, [row, col], False, rowcol=t.is_cuda)
+            meta["outputs"] = "+".join(outputs or ("packed", "packed"))  # what each copy wrote
             token = tracer.begin("quantize", meta)
         a, b = _ops().rowcol_operands(
             t,

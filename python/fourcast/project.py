@@ -142,13 +142,17 @@ def model_ops(prof: dict) -> list[tuple[str, dict, float]]:
         elif kind == "quantize":
             # One output per quantized copy ("fprop.x+wgrad.x" wrote two); each copy is
             # written once, so none is a model-side extra transposed copy.
+            # "decoded" (where the profile says): the emulation wrote that copy as bf16 values,
+            # not codes; only the emulation's pricing reads it (ops.rs emulated_quant_s).
             recipe = prof.get("recipe_spec")
             outputs = []
-            for key, label in zip(op.get("operand", "").split("+"), op["fmt"].split("+")):
+            kinds = str(op.get("outputs", "")).split("+")
+            for i, (key, label) in enumerate(zip(op.get("operand", "").split("+"), op["fmt"].split("+"))):
                 spec = parse_format(label)
                 if spec is None:
                     continue
-                outputs.append({"format": spec, **_copy_rounding(op, key, recipe), "transposed_copy": False})
+                decoded = {"decoded": True} if i < len(kinds) and kinds[i] == "decoded" else {}
+                outputs.append({"format": spec, **_copy_rounding(op, key, recipe), "transposed_copy": False, **decoded})
             if not outputs:
                 continue
             numel = int(op["rows"]) * int(op["cols"])

@@ -195,25 +195,32 @@ def test_gemm_wgmma_within_bound(pair, cfg, monkeypatch):
     assert launched
 
 
-@pytest.mark.parametrize("cfg,words", [(None, False), ((128, 128, 64, 8, 4, 4, 120, 168), False), (None, True),
-                                       ((128, 128, 64, 8, 4, 4, 120, 168), True)])
+@pytest.mark.parametrize("cfg", [None, (128, 128, 64, 8, 4, 4, 120, 168), (128, 128, 128, 8, 3, 8, 80, 96)])
 @pytest.mark.parametrize("pair", WGMMA_PAIRS)
-def test_gemm_ws_within_bound(pair, cfg, words):
+def test_gemm_ws_within_bound(pair, cfg, monkeypatch):
     """The warp-specialised kernel (gemm_wgmma._ws_kernel) meets the bound for every LUT/CVT
     pair, on shapes with partial tiles and K of 1, 3 and 64 steps (its mbarrier phases wrap),
-    with the code bytes loaded as bytes or as words."""
+    into a poisoned output (every element written). cfg None: ws_config's (BK 128, and BK 64
+    for a K of 192), and gemm's default route (impl "triton") launches it, with the same bits."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
     from fourcast.kernels import gemm_wgmma
 
+    launched = []
+    real = gemm_wgmma.launch_ws
+    monkeypatch.setattr(gemm_wgmma, "launch_ws", lambda *a, **k: (launched.append(1), real(*a, **k))[1])
     bk = (cfg or gemm_wgmma.WS_CONFIG)[2]
-    for (m, n, k) in [(1008, 208, bk), (304, 528, 3 * bk), (1024, 768, 64 * bk)]:
+    shapes = [(1008, 208, bk), (304, 528, 3 * bk), (1024, 768, 64 * bk)] + ([(304, 528, 192)] if cfg is None else [])
+    for (m, n, k) in shapes:
         a = ref.quantize(testing.make_input("heavy", (m, k), torch.bfloat16, DEV, seed=7), F[pair[0]])
         b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
         for out in (torch.bfloat16, torch.float32):
-            c = torch.full((m, n), float("nan"), dtype=out, device=DEV)  # poisoned: every element written
-            gemm_wgmma.launch_ws(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg, words)
-            assert _within_bound(c, a, b, out), (pair, cfg, words, (m, n, k), out)
+            c = torch.full((m, n), float("nan"), dtype=out, device=DEV)
+            real(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg)
+            assert _within_bound(c, a, b, out), (pair, cfg, (m, n, k), out)
+            if cfg is None:
+                assert torch.equal(gk.gemm(a, b, out, impl="triton"), c), (pair, (m, n, k), out)
+    assert launched or cfg is not None
 
 
 def _mx_with_wide_row(m, k, seed):

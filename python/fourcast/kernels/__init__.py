@@ -13,7 +13,8 @@ from fourcast.kernels.utils import Packed
 # The session whose quantizer kernels these are. A training profile records it, and the
 # hardware model prices that run's quantize ops by what those kernels did (rust ops.rs
 # `quant_kernel`, whose default `QUANT_REV` must equal this). Bump both with a kernel change
-# the model must know: 9 one row tile a strip program, 10 up to four, 11 integer sr16.
-QUANT_REV = 11
+# the model must know: 9 one row tile a strip program, 10 up to four, 11 integer sr16,
+# 12 the column copy's code and scale bytes stored once a strip program.
+QUANT_REV = 12
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

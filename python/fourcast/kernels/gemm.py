@@ -16,13 +16,13 @@ rounding (2^-8 |C64| for bf16): FP32 accumulation in any order (tensor cores inc
 plus the epilogue's alpha (two FP32 roundings) and product (one).
 
 Three implementations (`impl`); "triton" and "dequant" within that bound, "fp8" not:
-- "triton": the kernel above, as the split-nibble kernel (KERNEL; the section "the
-  split-nibble kernel" below: low and high nibbles as two MMAs, decoded by PTX table
-  lookups, two CTAs per SM so one's decode runs under the other's wgmma) or the original
-  interleaved one ("v1", also the route for K not a multiple of 32). KERNEL "wgmma" runs
-  gemm_wgmma.py instead where it applies (Hopper, LUT/CVT formats): the same decode into a
-  shared-memory ring with asynchronous wgmma. Measured slower (37-44% of cuBLAS BF16
-  against the split kernel's 50-56%, kernels-h200.md session 10), so not the default.
+- "triton": on Hopper, for the LUT/CVT formats with K a multiple of 64, gemm_wgmma.py's
+  warp-specialised kernel (KERNEL "ws": decode warps fill a shared-memory ring of decoded
+  operands, one warpgroup runs the wgmmas; the fastest, kernels-h200.md session 12);
+  elsewhere this module's split-nibble kernel (the section "the split-nibble kernel"
+  below: low and high nibbles as two MMAs, decoded by PTX table lookups, two CTAs per SM
+  so one's decode runs under the other's wgmma), or the original interleaved one ("v1",
+  also the route for K not a multiple of 32). All three share the decode and the bound.
 - "dequant": each operand dequantized once to bf16 without its tensor scale (exact, as
   above), then `scaled_mm`: one cuBLASLt bf16 GEMM with the epilogue's alpha as a device
   scalar, straight to out_dtype (kernels/cublaslt.py); without cuBLASLt, a cuBLAS GEMM
@@ -483,11 +483,14 @@ def _split_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 
 
 # Kernel and decode variants, for benchmarks/kernels.py to time old against new in one run
-# (CONFIG_OVERRIDE["kernel"] / ["decode"] override these per call):
-# KERNEL "wgmma" (gemm_wgmma.py: the split kernel's decode into a shared-memory ring, async
-# wgmma, Hopper only, LUT/CVT formats; elsewhere "split" runs), "split" (above) or "v1"
-# (_gemm_kernel: interleaved nibbles decoded to f32); DECODE "lut" | "cvt" | "generic" (split_plan).
-KERNEL = "split"
+# (CONFIG_OVERRIDE["kernel"] / ["decode"] override these per call; ["cfg"] is the named
+# kernel's tile config): KERNEL "ws" (gemm_wgmma._ws_kernel: decode warps fill a shared-memory
+# ring that one MMA warpgroup consumes; Hopper only, LUT/CVT formats, K a multiple of 64;
+# elsewhere "split" runs; 50-59% of cuBLAS BF16 against split's 37-53%, kernels-h200.md
+# session 12), "wgmma" (gemm_wgmma._wgmma_kernel, the same decode without warp
+# specialisation), "split" (above) or "v1" (_gemm_kernel: interleaved nibbles decoded to
+# f32); DECODE "lut" | "cvt" | "generic" (split_plan).
+KERNEL = "ws"
 DECODE = "cvt"  # CVT where both operands allow it (then BK 128), LUT otherwise: gemm_config
 
 # What a GPU run should time against each other (label, CONFIG_OVERRIDE entries; an
@@ -624,11 +627,14 @@ def _gluon():
 def _gemm_triton(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> torch.Tensor:
     blocks = [max(p.spec.block, 1) if not p.spec.tile_2d else 16 for p in (a, b)]
     kernel = CONFIG_OVERRIDE.get("kernel") or KERNEL
-    if kernel == "wgmma":
+    if kernel in ("ws", "wgmma"):
         if _wgmma_ok(a, b, k):
             c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
-            _gluon().launch(a, b, c, m, n, k, split_plan(a.spec, b.spec), CONFIG_OVERRIDE.get("cfg"),
-                            CONFIG_OVERRIDE.get("maxnreg"))
+            plan, cfg = split_plan(a.spec, b.spec), CONFIG_OVERRIDE.get("cfg")
+            if kernel == "ws":
+                _gluon().launch_ws(a, b, c, m, n, k, plan, cfg)
+            else:
+                _gluon().launch(a, b, c, m, n, k, plan, cfg, CONFIG_OVERRIDE.get("maxnreg"))
             return c
         kernel = "split"
     wide = max(a.spec.grid.bits, b.spec.grid.bits) == 8

@@ -6,7 +6,7 @@ Triton issues that wgmma and waits for it, so one CTA's decode and its MMAs take
 Gluon (Triton's explicit-layout dialect) lets the kernel order it itself:
 
     for each K-step i:
-        decode step i's code bytes (loaded a step ahead) into shared-memory ring slot i % 3
+        decode step i's code words (loaded a step ahead) into shared-memory ring slot i % 3
         fence the async proxy; CTA barrier
         issue step i's two wgmmas (low nibbles, high nibbles) asynchronously
         wait until only those two are in flight (step i - 1's are done)
@@ -19,14 +19,17 @@ Measured on the H200: correct, and slower than the split kernel at every tile tr
 of cuBLAS BF16 against 45-56%, kernels-h200.md session 10). Session 11 timed its parts
 (PARTS) and profiled it: the decode side alone takes two thirds of the time, stalled on its
 code-byte loads (each 8-byte load unpacked into bytes right after it is issued), and the
-wgmmas do not run under it (the kernel takes the sum of its parts). It is a variant
-(gemm.KERNEL "wgmma"), not the default.
+wgmmas do not run under it (the kernel takes the sum of its parts). With code words
+(session 12) 42-56%; a variant (gemm.KERNEL "wgmma").
 
-_ws_kernel (`launch_ws`) is the warp-specialised form: two decode partitions (A's rows, B's
-rows) fill the ring and one MMA warpgroup consumes it, slots passed through mbarriers. Decode
-and MMA then overlap (3.26 ms against 4.16 at 8192^3 NVFP4), but the decode partitions set
-the pace: 35-48% of cuBLAS BF16, short of the split kernel for NVFP4 and UE5M3, level for
-MXFP4 (kernels-h200.md session 11). A variant too.
+_ws_kernel (`launch_ws`) is the warp-specialised form, and gemm's default on Hopper
+(gemm.KERNEL "ws"): two decode partitions (A's rows, B's rows) fill the ring and one MMA
+warpgroup consumes it, slots passed through mbarriers. Its decoders load each group's code
+bytes as two 32-bit words and hand them to the PTX routine as they are (loaded as bytes,
+each was unpacked into its own register and packed back right after its load). Measured on
+the H200 (kernels-h200.md, session 12): 51-61% of cuBLAS BF16 against the split kernel's
+38-53%; alone, its decode side runs at 70-83% and its MMA side at 111-129%, and the kernel
+takes more than the longer of the two.
 
 The decode is gemm.py's: the same PTX routines (`decode_asm`: four code bytes and their
 scales -> the low- and high-nibble values as f16/bf16 pairs), the same split of K into
@@ -38,10 +41,10 @@ block scales (E4M3, UE5M3, UE8M0; 1-D blocks of 16 or 32, or 16 x 16 tiles). The
 bytes of a thread are 8 consecutive bytes of one row, so they share one scale byte,
 which is loaded and converted once (a [rows, groups] tensor broadcast over the 8).
 
-Gluon kernels compile for a GPU only: no interpreter. gemm.py runs this kernel when asked
-for KERNEL "wgmma" on an sm_90 GPU where it applies (`gemm._wgmma_ok`), the split kernel
-otherwise; the CPU tiers compile it for sm_90a offline and test the routing, tests/gpu the
-results.
+Gluon kernels compile for a GPU only: no interpreter. gemm.py runs _ws_kernel (KERNEL
+"ws", the default) or _wgmma_kernel ("wgmma") on an sm_90 GPU where they apply
+(`gemm._wgmma_ok`), the split kernel otherwise; the CPU tiers compile both for sm_90a
+offline and test the routing, tests/gpu the results.
 """
 
 from __future__ import annotations
@@ -95,18 +98,6 @@ def _scale_values(sb, SCALE: gl.constexpr, DOT_F16: gl.constexpr):
 
 
 @gluon.jit
-def _load_step(CODES, SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.constexpr, L3: gl.constexpr):
-    """One K-step's code bytes [R, G, 8] and scale bytes [R, G] (G groups of 8 bytes) at
-    element k0, for in-bounds rows (the caller clamps them). rows [R, 1] and groups [1, G]
-    in SliceLayout(2, L3): the scale pointers are built in 2-D, where each thread holds a
-    byte once (in L3 a [R, G, 1] tensor is held 8 times over, and would load 8 times)."""
-    byte = gl.arange(0, BYTES_PER_THREAD, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))
-    byte3 = gl.expand_dims(gl.expand_dims(byte, 0), 1)
-    base = gl.expand_dims(rows * (K // 2) + k0 // 2 + groups * BYTES_PER_THREAD, 2)
-    return gl.load(CODES + base + byte3), _load_scales(SCALES, rows, groups, k0, K, B, TILE2D)
-
-
-@gluon.jit
 def _load_scales(SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.constexpr):
     """A step's scale bytes [R, G]: group g holds elements k0 + 16 g .. k0 + 16 g + 15, in
     block (k0 + 16 g) // blk of its row (of its 16-row band for 16 x 16 tiles)."""
@@ -116,21 +107,14 @@ def _load_scales(SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.conste
 
 
 @gluon.jit
-def _decode_store(codes, sbytes, lo_slot, hi_slot, SCALE: gl.constexpr, DOT_F16: gl.constexpr,
-                  ASM: gl.constexpr, R: gl.constexpr, BKH: gl.constexpr):
-    """Decode a step's bytes and store the low- and high-nibble values into their slots."""
-    s = gl.broadcast(gl.expand_dims(_scale_values(sbytes, SCALE, DOT_F16), 2), codes)[0]
-    lo, hi = gl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [codes, s], dtype=(s.dtype, s.dtype),
-                                       is_pure=True, pack=4)
-    lo_slot.store(gl.reshape(lo, [R, BKH]))
-    hi_slot.store(gl.reshape(hi, [R, BKH]))
-
-
-@gluon.jit
 def _load_words(CODES, SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.constexpr, LW: gl.constexpr):
-    """_load_step with the code bytes as two 32-bit words per group [R, G, 2] (byte 4w + j
-    of a group in bits 8j .. 8j + 7 of word w): the PTX routine takes four code bytes in one
-    register, so nothing unpacks them (decode partitions with WORDS; see _decode_words)."""
+    """One K-step's code bytes at element k0 as two 32-bit words per group [R, G, 2] (byte
+    4w + j of a group in bits 8j .. 8j + 7 of word w; G groups of 8 bytes), and its scale
+    bytes [R, G], for in-bounds rows (the caller clamps them). The PTX routine takes four
+    code bytes in one register, so nothing unpacks them: loaded as uint8, each byte went
+    to its own register and back (PRMT pairs) right after its load (kernels-h200.md,
+    session 11). rows [R, 1] and groups [1, G] in SliceLayout(2, LW): the scale pointers
+    are built in 2-D, where each thread holds a byte once."""
     w = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, LW)))
     w3 = gl.expand_dims(gl.expand_dims(w, 0), 1)
     base = gl.expand_dims(rows * (K // 8) + k0 // 8 + groups * 2, 2)
@@ -141,7 +125,8 @@ def _load_words(CODES, SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.
 @gluon.jit
 def _decode_words(words, sbytes, lo_slot, hi_slot, SCALE: gl.constexpr, DOT_F16: gl.constexpr,
                   ASM: gl.constexpr, R: gl.constexpr, BKH: gl.constexpr):
-    """_decode_store on code words: the same PTX routine, one word in, its four 16-bit pairs
+    """Decode a step's code words and store the low- and high-nibble values into their
+    slots: the PTX routine takes one word and the scale pair, and gives its four 16-bit pairs
     out as 32-bit words (low nibbles' 0-1 and 2-3, high nibbles' 0-1 and 2-3), stored into the
     slots viewed as 32-bit words. The swizzle moves 16-byte units, so that view holds the
     same bytes at the same places as the 16-bit one."""
@@ -196,7 +181,7 @@ def _wgmma_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     loads and decodes, 3 = the kernel."""
     BKH: gl.constexpr = BK // 2
     G: gl.constexpr = BKH // BYTES_PER_THREAD
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, BYTES_PER_THREAD], [32 // G, G, 1], [num_warps, 1, 1], [2, 1, 0])
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 2], [32 // G, G, 1], [num_warps, 1, 1], [2, 1, 0])  # code words
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, INSTR_N, 16])
     a_lo, a_hi, b_lo, b_hi = _ring(DOT_F16, BM, BN, BKH, STAGES)
@@ -214,17 +199,17 @@ def _wgmma_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     # ptxas serialises every wgmma of the loop ("non wgmma instructions defining accumulator
     # registers ... between start and end of the pipeline stage", C7515; Triton 3.6's ptxas).
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    ca, sa = _load_step(A_CODES, A_SCALES, rm, groups, 0, K, A_B, A_TILE2D, L3)
-    cb, sb = _load_step(B_CODES, B_SCALES, rn, groups, 0, K, B_B, B_TILE2D, L3)
+    ca, sa = _load_words(A_CODES, A_SCALES, rm, groups, 0, K, A_B, A_TILE2D, L3)
+    cb, sb = _load_words(B_CODES, B_SCALES, rn, groups, 0, K, B_B, B_TILE2D, L3)
     steps = K // BK
     for i in range(steps):
         slot = i % STAGES
         if PARTS & 1:
             k_next = gl.where(i + 1 < steps, (i + 1) * BK, 0)  # the last step fetches step 0 again, unused
-            ca_next, sa_next = _load_step(A_CODES, A_SCALES, rm, groups, k_next, K, A_B, A_TILE2D, L3)
-            cb_next, sb_next = _load_step(B_CODES, B_SCALES, rn, groups, k_next, K, B_B, B_TILE2D, L3)
-            _decode_store(ca, sa, a_lo.index(slot), a_hi.index(slot), A_SCALE, DOT_F16, A_ASM, BM, BKH)
-            _decode_store(cb, sb, b_lo.index(slot), b_hi.index(slot), B_SCALE, DOT_F16, B_ASM, BN, BKH)
+            ca_next, sa_next = _load_words(A_CODES, A_SCALES, rm, groups, k_next, K, A_B, A_TILE2D, L3)
+            cb_next, sb_next = _load_words(B_CODES, B_SCALES, rn, groups, k_next, K, B_B, B_TILE2D, L3)
+            _decode_words(ca, sa, a_lo.index(slot), a_hi.index(slot), A_SCALE, DOT_F16, A_ASM, BM, BKH)
+            _decode_words(cb, sb, b_lo.index(slot), b_hi.index(slot), B_SCALE, DOT_F16, B_ASM, BN, BKH)
             ca, sa, cb, sb = ca_next, sa_next, cb_next, sb_next
         fence_async_shared()
         _cta_barrier()
@@ -254,56 +239,51 @@ def _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP: gl.constexpr, BM: 
 def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, SCALE: gl.constexpr,
                       B: gl.constexpr, TILE2D: gl.constexpr, ASM: gl.constexpr, DOT_F16: gl.constexpr,
                       R: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
-                      WORDS: gl.constexpr):
+                      PARTS: gl.constexpr):
     """Worker of _ws_kernel: decode one operand's R rows, step after step, into the ring
-    (wait until the MMA partition has freed the slot; store; fence; arrive on ready).
-    WORDS: the code bytes as 32-bit words (_load_words, _decode_words)."""
+    (wait until the MMA partition has freed the slot; store; fence; arrive on ready); a
+    step's code words load one step ahead (two ahead was slower for the bf16-decode
+    formats, kernels-h200.md session 12). Without PARTS & 1 it only passes the slots on
+    (_ws_kernel's timing experiment)."""
     BKH: gl.constexpr = BK // 2
     G: gl.constexpr = BKH // BYTES_PER_THREAD
-    PER: gl.constexpr = 2 if WORDS else BYTES_PER_THREAD
-    L3: gl.constexpr = gl.BlockedLayout([1, 1, PER], [32 // G, G, 1], [NW, 1, 1], [2, 1, 0])
+    L3: gl.constexpr = gl.BlockedLayout([1, 1, 2], [32 // G, G, 1], [NW, 1, 1], [2, 1, 0])
     ROWS: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, L3))
     GROUPS: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, L3))
     groups = gl.expand_dims(gl.arange(0, G, layout=GROUPS), 0)
     r = gl.expand_dims(gl.minimum(row0 + gl.arange(0, R, layout=ROWS), rows - 1), 1)
     steps = K // BK
-    if WORDS:
-        codes, sbytes = _load_words(CODES, SCALES, r, groups, 0, K, B, TILE2D, L3)
-    else:
-        codes, sbytes = _load_step(CODES, SCALES, r, groups, 0, K, B, TILE2D, L3)
+    codes, sbytes = _load_words(CODES, SCALES, r, groups, 0, K, B, TILE2D, L3)
     for i in range(steps):
         slot = i % STAGES
-        k_next = gl.where(i + 1 < steps, (i + 1) * BK, 0)
-        if WORDS:
+        if PARTS & 1:  # the last step fetches step 0 again, unused
+            k_next = gl.where(i + 1 < steps, (i + 1) * BK, 0)
             codes_next, sbytes_next = _load_words(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
-        else:
-            codes_next, sbytes_next = _load_step(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
         mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
-        if WORDS:
+        if PARTS & 1:
             _decode_words(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH)
-        else:
-            _decode_store(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH)
+            codes, sbytes = codes_next, sbytes_next
         fence_async_shared()
         mbarrier.arrive(ready.index(slot), count=1)
-        codes, sbytes = codes_next, sbytes_next
 
 
 @gluon.jit
 def _mma_partition(a_lo, a_hi, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
                    EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
-                   STAGES: gl.constexpr, MMA: gl.constexpr):
+                   STAGES: gl.constexpr, MMA: gl.constexpr, PARTS: gl.constexpr):
     """Default partition of _ws_kernel: the wgmmas of each step as soon as both operands'
     slot is ready, freeing the slot of the step before once its wgmmas are done; then the
-    epilogue (_store_c)."""
+    epilogue (_store_c). Without PARTS & 2 it only passes the slots on."""
     acc = gl.zeros((BM, BN), gl.float32, layout=MMA)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))  # see _wgmma_kernel (C7515)
     steps = K // BK
     for i in range(steps):
         slot = i % STAGES
         mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-        acc = warpgroup_mma(a_lo.index(slot), b_lo.index(slot).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma(a_hi.index(slot), b_hi.index(slot).permute((1, 0)), acc, is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc, ))  # step i - 1's are done
+        if PARTS & 2:
+            acc = warpgroup_mma(a_lo.index(slot), b_lo.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(a_hi.index(slot), b_hi.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc, ))  # step i - 1's are done
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), count=1, pred=i > 0)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
     _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP, BM, BN, MMA)
@@ -316,12 +296,13 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, INSTR_N: gl.constexpr,
                num_warps: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-               WORDS: gl.constexpr = False):
+               PARTS: gl.constexpr = 3):
     """Warp-specialised _wgmma_kernel: two decode partitions (A's rows, B's rows) fill the
     shared-memory ring while the default partition (num_warps = 4: one warpgroup) runs the
     wgmmas, so decode and MMA overlap by construction (in _wgmma_kernel they took turns:
     kernels-h200.md, session 11). Ring slots pass through mbarriers: `ready` (both
-    decoders arrive) and `empty` (the MMA partition arrives once the slot's wgmmas are done)."""
+    decoders arrive) and `empty` (the MMA partition arrives once the slot's wgmmas are done).
+    PARTS as _wgmma_kernel's (1: decode side only, 2: MMA side only; results meaningless)."""
     BKH: gl.constexpr = BK // 2
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, INSTR_N, 16])
@@ -334,33 +315,45 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
     gl.warp_specialize([
         (_mma_partition, (a_lo, a_hi, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n, EPI_EXP,
-                          BM, BN, BK, STAGES, MMA)),
+                          BM, BN, BK, STAGES, MMA, PARTS)),
         (_decode_partition, (A_CODES, A_SCALES, pid_m * BM, M, K, a_lo, a_hi, empty, ready, A_SCALE, A_B, A_TILE2D,
-                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS, WORDS)),
+                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS, PARTS)),
         (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
-                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, WORDS)),
+                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS)),
     ], [PRODUCER_WARPS, PRODUCER_WARPS], [PRODUCER_REGS, PRODUCER_REGS])
 
 
 # (BM, BN, BK, GROUP_M, STAGES, producer warps, producer registers, kernel maxnreg) of the
-# warp-specialised kernel: one MMA warpgroup, a 4-warp decoder per operand.
+# warp-specialised kernel: one MMA warpgroup, a 4-warp decoder per operand; BK 64 where K
+# is not a multiple of 128 (a 4-slot ring). The CTA launches with maxnreg registers a
+# thread for all its warps (4 + 2 x producer warps), so these must fit the 64K register
+# file; Triton gives the MMA warpgroup what the producers' setmaxnreg frees.
 WS_CONFIG = (128, 128, 128, 8, 3, 4, 128, 168)
+WS_CONFIG_BK64 = (128, 128, 64, 8, 4, 4, 120, 168)
+REGISTER_FILE = 65536
+
+
+def ws_config(k: int) -> tuple:
+    """_ws_kernel's config for reduction depth K (a multiple of 64)."""
+    return WS_CONFIG if k % 128 == 0 else WS_CONFIG_BK64
 
 
 def launch_ws(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
-              words: bool = False) -> None:
-    """C = A . B^T into c with _ws_kernel; cfg as WS_CONFIG; words: the decoders load code
-    words (_load_words; not yet run on a GPU at session 11's end)."""
-    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg or WS_CONFIG
+              parts: int = 3) -> None:
+    """C = A . B^T into c with _ws_kernel; cfg as WS_CONFIG (default: ws_config(k)); parts:
+    the kernel's PARTS (benchmarks only: anything but 3 leaves c meaningless)."""
+    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg or ws_config(k)
     if k % bk:
         raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
     if stages < 2:
         raise ValueError(f"the warp-specialised ring needs at least 2 slots, got {stages}")
+    if (4 + 2 * pw) * 32 * maxnreg > REGISTER_FILE:
+        raise ValueError(f"{4 + 2 * pw} warps at {maxnreg} registers exceed the {REGISTER_FILE}-register file")
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
     _ws_kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
                      b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan),
                      BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages, INSTR_N=min(bn, 256), num_warps=4,
-                     PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, WORDS=words, maxnreg=maxnreg)
+                     PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts, maxnreg=maxnreg)
 
 
 def config(m: int, n: int, k: int) -> tuple:
@@ -421,9 +414,9 @@ def compile_sm90(a_spec, b_spec, plan: dict, cfg: tuple, out: str = "*bf16", par
     return _compile_offline(_wgmma_kernel, consts, out, dict(num_warps=warps))
 
 
-def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str = "*bf16", words: bool = False):
+def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str = "*bf16", parts: int = 3):
     """_ws_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
     bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg
     consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
-                  INSTR_N=min(bn, 256), num_warps=4, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, WORDS=words)
+                  INSTR_N=min(bn, 256), num_warps=4, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts)
     return _compile_offline(_ws_kernel, consts, out, dict(num_warps=4, maxnreg=maxnreg))

@@ -965,6 +965,8 @@ def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int
         flags = dict(CODES_R_ON=codes_on[0], XHAT_R_ON=xhat_on[0], CODES_C_ON=codes_on[1], XHAT_C_ON=xhat_on[1])
         iters = strip.strip_iters(R, br, C, bc, bool(rn or rnc), CONFIG_OVERRIDE.get("strip_iters"), interp)
         flags["ITERS"] = iters
+        if "strip_gather" in CONFIG_OVERRIDE:
+            flags["GATHER_C"] = CONFIG_OVERRIDE["strip_gather"]
         if CONFIG_OVERRIDE.get("strip_maxnreg") and not interp:
             flags["maxnreg"] = CONFIG_OVERRIDE["strip_maxnreg"]
     else:

@@ -138,7 +138,7 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
                   UNSCALED: tl.constexpr, RN_R: tl.constexpr, LOG2N_R: tl.constexpr, NORM_R: tl.constexpr,
                   RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
                   RNE_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, SEED_PTR: tl.constexpr = False,
-                  ITERS: tl.constexpr = 1):
+                  ITERS: tl.constexpr = 1, GATHER_C: tl.constexpr = True):
     """See the module doc: quantize and store what *_ON ask (the tensor amaxes from
     AMAX_IN_R / AMAX_IN_C: _strip_amax_kernel's, or given; FUSE_AMAX: single-level formats record them
     here). A program takes ITERS row tiles of one column strip, loading tile i + 1 before it
@@ -152,6 +152,15 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
     s_c, p_c = _tensor_scales(tl.load(AMAX_IN_C).to(tl.float32), False, RULE, NUM)
     m_r = tl.zeros((BR, BC), tl.int32)
     m_c = tl.zeros((BR, BC), tl.int32)
+    # GATHER: the column copy's code and scale bytes of the ITERS tiles go out in one store
+    # after the loop (_store_gathered), byte `it` of a word per (code pair, column) and per
+    # (scale, column) gathering them; a tile's own stores wrote a quarter of each code sector
+    # and 1 byte of each scale sector (kernels-h200.md, session 11). GATHER_C=False (the
+    # benchmarks' "strip_gather" override) keeps the per-tile stores, for comparison.
+    GATHER: tl.constexpr = (GATHER_C and CODES_C_ON and BITS == 4 and ITERS > 1 and ITERS <= 4
+                            and BR == (16 if TILE2D else B))
+    g_codes = tl.zeros((BR // 2, BC), tl.int32)
+    g_scales = tl.zeros((1, BC // 16 if TILE2D else BC), tl.int32)
     r = pid_r * ITERS * BR + tl.arange(0, BR)[:, None]
     x_next = tl.load(X + r * C + c, mask=(r < R) & (c < C), other=0.0)
     for it in range(ITERS):
@@ -165,10 +174,16 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
         if FUSE_AMAX:
             m_r = tl.maximum(m_r, tl.abs(yr).to(tl.int32, bitcast=True))
             m_c = tl.maximum(m_c, tl.abs(yc).to(tl.int32, bitcast=True))
-        _strip_tile(yr, yc, r, c, tile, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, offset_c, R, C,
-                    CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,
-                    EMAX, SCALE, RULE, B, TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE_R, MODE_C,
-                    CODES_R_ON, XHAT_R_ON, CODES_C_ON, XHAT_C_ON, UNSCALED, RNE_BF16, BR, BC)
+        packed, sb = _strip_tile(yr, yc, r, c, tile, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, offset_c, R, C,
+                                 CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, EMIN, MBITS, FIXED, TWOS,
+                                 BITS, GMAX, EMAX, SCALE, RULE, B, TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB,
+                                 MODE_R, MODE_C, CODES_R_ON, XHAT_R_ON, CODES_C_ON, XHAT_C_ON, UNSCALED, RNE_BF16,
+                                 BR, BC, GATHER)
+        if GATHER:
+            g_codes |= packed << (8 * it)
+            g_scales |= sb << (8 * it)
+    if GATHER:
+        _store_gathered(g_codes, g_scales, pid_r, pid_c, R, C, CODES_C, SCALES_C, B, TILE2D, BR, BC, ITERS)
     if FUSE_AMAX:  # two atomics a program (rows past R are zeros: they do not move a max)
         tl.atomic_max(AMAX_BITS, tl.max(tl.max(m_r, axis=1), axis=0))
         tl.atomic_max(AMAX_BITS + 1, tl.max(tl.max(m_c, axis=1), axis=0))
@@ -187,8 +202,12 @@ def _strip_tile(yr, yc, r, c, pid_r, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, 
                 NANB: tl.constexpr, MODE_R: tl.constexpr, MODE_C: tl.constexpr,
                 CODES_R_ON: tl.constexpr, XHAT_R_ON: tl.constexpr, CODES_C_ON: tl.constexpr,
                 XHAT_C_ON: tl.constexpr, UNSCALED: tl.constexpr, RNE_BF16: tl.constexpr, BR: tl.constexpr,
-                BC: tl.constexpr):
-    """Quantize and store row tile pid_r of the strip: yr, yc its two copies (after RHTs)."""
+                BC: tl.constexpr, GATHER: tl.constexpr = False):
+    """Quantize and store row tile pid_r of the strip: yr, yc its two copies (after RHTs).
+    GATHER: the column copy's code pairs [BR / 2, BC] and scale bytes are returned, not
+    stored (the kernel stores a program's tiles at once); otherwise (0, 0)."""
+    packed_c = 0
+    sb_c = 0
     inb = (r < R) & (c < C)
     if CODES_R_ON or XHAT_R_ON:
         bmax = _block_max(tl.abs(yr).to(tl.int32, bitcast=True), BR, BC, B, TILE2D)
@@ -232,8 +251,12 @@ def _strip_tile(yr, yc, r, c, pid_r, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, 
             u = yc
         codes, xhat = _quant_elems(yc, mult_e, sv_e, bad_e, s_c, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,
                                    MODE_C, UNSCALED)
-        if CODES_C_ON:
-            if BITS == 4:  # rows 2i (low nibble) and 2i + 1 of a column share a byte
+        if GATHER:  # rows 2i (low nibble) and 2i + 1 of a column share a byte
+            shift = tl.reshape(tl.where(tl.arange(0, 2) == 0, 0, 4), (1, 2, 1))
+            packed_c = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
+            sb_c = sb
+        elif CODES_C_ON:
+            if BITS == 4:
                 shift = tl.reshape(tl.where(tl.arange(0, 2) == 0, 0, 4), (1, 2, 1))
                 packed = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
                 i = pid_r * (BR // 2) + tl.arange(0, BR // 2)[:, None]
@@ -249,6 +272,32 @@ def _strip_tile(yr, yc, r, c, pid_r, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, 
                 tl.store(SCALES_C + c * (R // B) + j, sb.to(tl.uint8), mask=(j < R // B) & (c < C))
         if XHAT_C_ON:
             tl.store(XHAT_C + r * C + c, _cast_out(xhat, XHAT_C, RNE_BF16), mask=inb)
+    return packed_c, sb_c
+
+
+@triton.jit
+def _unpack_bytes(words, ITERS: tl.constexpr, N: tl.constexpr, BC: tl.constexpr):
+    """[N, BC] words whose byte `it` belongs to tile `it` -> [ITERS * N, BC] bytes, tile-major."""
+    it = tl.arange(0, ITERS)[:, None, None]
+    return tl.reshape((words[None, :, :] >> (8 * it)) & 0xFF, (ITERS * N, BC)).to(tl.uint8)
+
+
+@triton.jit
+def _store_gathered(g_codes, g_scales, pid_r, pid_c, R, C, CODES_C, SCALES_C, B: tl.constexpr,
+                    TILE2D: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, ITERS: tl.constexpr):
+    """The column copy's code and scale bytes of a program's ITERS row tiles (GATHER in
+    _strip_kernel), in the transposed layout: ITERS * BR / 2 consecutive code bytes a column,
+    ITERS scale bytes (one column block a tile: BR is the block, or 16 for 16 x 16 tiles)."""
+    c = pid_c * BC + tl.arange(0, BC)[None, :]
+    i = pid_r * (ITERS * BR // 2) + tl.arange(0, ITERS * BR // 2)[:, None]
+    tl.store(CODES_C + c * (R // 2) + i, _unpack_bytes(g_codes, ITERS, BR // 2, BC), mask=(i < R // 2) & (c < C))
+    j = pid_r * ITERS + tl.arange(0, ITERS)[:, None]
+    if TILE2D:
+        c16 = pid_c * (BC // 16) + tl.arange(0, BC // 16)[None, :]
+        tl.store(SCALES_C + c16 * (R // 16) + j, _unpack_bytes(g_scales, ITERS, 1, BC // 16),
+                 mask=(j < R // 16) & (c16 < C // 16))
+    else:
+        tl.store(SCALES_C + c * (R // B) + j, _unpack_bytes(g_scales, ITERS, 1, BC), mask=(j < R // B) & (c < C))
 
 
 # Row tiles a _strip_kernel program takes at most, and the fewest programs it keeps (132 SMs

@@ -37,7 +37,8 @@ Schema "fourcast.profile/1":
 High-precision (nn.Linear) layers have role "fprop" and one "dgrad+wgrad" region (both
 backward GEMMs, each 2*M*N*K flops) with a = b = "bf16" and path "torch"; a quantize op
 whose "operand" is "fprop.x+wgrad.x" (or "dgrad.dy+wgrad.dy") made both copies of the
-tensor in one pass (its "fmt"/"amax" fields are "+"-joined the same way).
+tensor in one pass (its "fmt"/"amax" fields are "+"-joined the same way, and "outputs", from
+run 18 on, says what each copy wrote: "decoded" bf16 values or "packed" codes and scales).
 A quantize op covers its fused RHT, stochastic rounding and amax (the flags say which
 ran; "amax": "given" means the stored tensor amax was used and no amax pass ran).
 CUDA-event spans hold every wait of the GPU inside a region (for the host, on a slow host:

@@ -104,14 +104,14 @@ pub struct Eff {
 /// quantizer is `call_s + elems * s_per_elem + rotated * (rht or strip_rht)_s_per_elem +
 /// stochastic * sr_s_per_elem + stochastic4 * sr4_s_per_elem + stochastic16 *
 /// sr16_s_per_elem + amax * amax_s_per_elem + programs * amax_tile_s - overlapped *
-/// prefetch_saving_s_per_elem - stochastic16 * sr16_int_saving_s_per_elem` (amax: the
-/// input elements when the call measures a tensor amax; rounding "sr" draws one
-/// Philox4x32-10 per element and copy, "sr4" one per four elements, "sr16" one per sixteen;
-/// the last term only for quantizer revisions whose sr16 rounds in integers, ops.rs
-/// `quant_kernel`). Both
-/// kinds of call run the strip kernel; a call with SR uses its narrower SR tile, which
-/// prices its rotation differently (`rht_s_per_elem`) from the plain tile
-/// (`strip_rht_s_per_elem`).
+/// prefetch_saving_s_per_elem - stochastic16 * sr16_int_saving_s_per_elem - gathered *
+/// gather_saving_s_per_elem` (amax: the input elements when the call measures a tensor
+/// amax; rounding "sr" draws one Philox4x32-10 per element and copy, "sr4" one per four
+/// elements, "sr16" one per sixteen; the sr16 term only for quantizer revisions whose sr16
+/// rounds in integers, the gather term only for revisions that gather, ops.rs
+/// `quant_kernel`). Both kinds of call run the strip kernel; a call with SR uses its
+/// narrower SR tile, which prices its rotation differently (`rht_s_per_elem`) from the
+/// plain tile (`strip_rht_s_per_elem`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulCost {
     pub call_s: f64,
@@ -130,6 +130,9 @@ pub struct EmulCost {
     pub prefetch_saving_s_per_elem: f64,
     /// Saved per element written with "sr16" by the integer form (quantizer revision 11 on).
     pub sr16_int_saving_s_per_elem: f64,
+    /// Saved per input element of a row+col call whose strip programs of several tiles
+    /// store the packed column copy's bytes once (quantizer revision 12 on).
+    pub gather_saving_s_per_elem: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -283,6 +286,7 @@ impl Hw {
                 sr16_int_saving_s_per_elem: optional_ns(
                     &e.triton_quant_sr16_int_saving_ns_per_elem,
                 ),
+                gather_saving_s_per_elem: optional_ns(&e.triton_quant_gather_saving_ns_per_elem),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,
                 eager_clock_hz: e
                     .torch_eager_gemm_clock_ghz

@@ -89,6 +89,10 @@ pub struct QuantOutSpec {
     /// What the quantizer writes, if not the format's own element ("bf16" = fake-quant).
     #[serde(default)]
     pub container: Option<String>,
+    /// The fourcast-triton emulation wrote this copy as decoded bf16 values, not codes
+    /// (profiles from training-h200 run 18 on say which); only its pricing reads it.
+    #[serde(default)]
+    pub decoded: bool,
 }
 
 // Ops are parsed once and costed once; the size difference between variants is harmless.
@@ -148,7 +152,8 @@ pub enum Op {
         implementation: Option<String>,
         /// With "fourcast-triton": the session whose quantizer kernels ran (`quant_kernel`
         /// says what each did); absent: `QUANT_REV`, the current kernels. Profiles do not
-        /// record it: training-h200 runs up to 14 ran 9, runs 15-16 ran 10, run 17 on 11.
+        /// record it: training-h200 runs up to 14 ran 9, runs 15-16 ran 10, run 17 ran 11
+        /// (from run 18 on the profile records it).
         #[serde(default)]
         quant_rev: Option<u32>,
     },
@@ -187,7 +192,7 @@ const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
 /// absent.
-pub const QUANT_REV: u32 = 11;
+pub const QUANT_REV: u32 = 12;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
@@ -200,6 +205,9 @@ struct QuantKernel {
     /// "sr16" rounds in integers (session 11 on: training-h200 run 17): its elements earn
     /// `sr16_int_saving_s_per_elem`; before, the float form.
     int_sr16: bool,
+    /// A strip program stores its column copy's code and scale bytes once, not a row tile
+    /// at a time (session 12 on): a packed column copy earns `gather_saving_s_per_elem`.
+    gather: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -213,6 +221,7 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
     Ok(QuantKernel {
         max_iters: if rev <= 9 { 1 } else { STRIP_ITERS },
         int_sr16: rev >= 11,
+        gather: rev >= 12,
     })
 }
 
@@ -224,6 +233,7 @@ fn emulated_quant_s(
     outs: &[QuantOut],
     refresh: u32,
     kernel: QuantKernel,
+    col_packed: bool,
 ) -> Result<Option<f64>> {
     match implementation {
         None | Some("vendor") => Ok(None),
@@ -273,6 +283,19 @@ fn emulated_quant_s(
             } else {
                 0.0 // one copy: kernels/quantize.py's row kernel, not the strip kernel
             };
+            // Revision 12's programs of several tiles store a packed 4-bit column copy's code
+            // and scale bytes once (kernels/strip.py GATHER), where a tile wrote a quarter of
+            // each code sector and one byte of each scale sector.
+            let gathered = if kernel.gather
+                && col_packed
+                && outs.len() == 2
+                && iters > 1.0
+                && outs[1].fmt.elem.bits() == 4
+            {
+                numel
+            } else {
+                0.0
+            };
             Ok(Some(
                 e.call_s
                     + elems * e.s_per_elem
@@ -287,6 +310,7 @@ fn emulated_quant_s(
                         0.0 // the amax is given, or not recorded (QLinear's row+col calls)
                     }
                     - overlapped * e.prefetch_saving_s_per_elem
+                    - gathered * e.gather_saving_s_per_elem
                     - if kernel.int_sr16 {
                         stochastic16 * e.sr16_int_saving_s_per_elem
                     } else {
@@ -605,6 +629,8 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 });
             }
             let q = quant_cost(hw, *numel, *src_bytes, &outs, *refresh);
+            let col_packed =
+                outputs.len() == 2 && !outputs[1].decoded && outputs[1].container.is_none();
             let emulated = emulated_quant_s(
                 hw,
                 implementation.as_deref(),
@@ -612,6 +638,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 &outs,
                 *refresh,
                 kernel,
+                col_packed,
             )?;
             if let Some(t) = emulated {
                 detail.insert("emulation_s", t);

@@ -207,6 +207,11 @@ pub struct Emulation {
     /// the float form of earlier revisions).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_sr16_int_saving_ns_per_elem: Option<Num>,
+    /// Saving per input element of a row+col call whose packed 4-bit column copy a strip
+    /// program of several row tiles stores once (quantizer revision 12 on, ops.rs
+    /// `quant_kernel`); subtracted (absent: 0, a tile's own stores).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gather_saving_ns_per_elem: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,
@@ -441,6 +446,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_sr16_int_saving_ns_per_elem",
                         &em.triton_quant_sr16_int_saving_ns_per_elem,
+                    ),
+                    (
+                        "emulation.triton_quant_gather_saving_ns_per_elem",
+                        &em.triton_quant_gather_saving_ns_per_elem,
                     ),
                     (
                         "emulation.cublaslt_gemm_time_factor",

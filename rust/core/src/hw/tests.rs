@@ -578,6 +578,17 @@ fn h200_with(path: &str, value: &str) -> Hw {
     Hw::from_profile(&Profile::load("h200").unwrap().set(path, value).unwrap())
 }
 
+/// What an emulation saving `term` at `value` takes off a 32768 x 2304 row+col quantize call
+/// (fourcast-triton, amaxes given) with these outputs and extra op fields.
+fn emulation_saving(term: &str, value: &str, outs: &str, extra: &str) -> f64 {
+    let op = format!(
+        r#"{{"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": [{outs}]{extra}}}"#
+    );
+    let op = parse_op(&op).unwrap();
+    op_time(&h200_with(term, "0.0"), &op).unwrap().detail["emulation_s"]
+        - op_time(&h200_with(term, value), &op).unwrap().detail["emulation_s"]
+}
+
 #[test]
 fn an_emulated_gemm_through_cublaslt_scales_the_eager_kernel_time() {
     // "torch-cublaslt": the eager GEMM at the eager clock, its kernel time times
@@ -710,20 +721,17 @@ fn emulated_integer_sr16_saves_per_stochastically_rounded_element() {
     // in integers: each element written with sr16 saves the fitted term, whatever the
     // kernel (the strip kernel's row+col call, or a rotated row copy beside an sr16 column
     // copy). Revisions 10 and before ran the float form: no saving; nor do other roundings.
-    let h = h200_with(
-        "emulation.triton_quant_sr16_int_saving_ns_per_elem",
-        "0.0002",
+    let term = "emulation.triton_quant_sr16_int_saving_ns_per_elem";
+    assert!(
+        (h200_with(term, "0.0002")
+            .emulation
+            .unwrap()
+            .sr16_int_saving_s_per_elem
+            - 0.0002e-9)
+            .abs()
+            < 1e-20
     );
-    let zero = h200_with("emulation.triton_quant_sr16_int_saving_ns_per_elem", "0.0");
-    assert!((h.emulation.unwrap().sr16_int_saving_s_per_elem - 0.0002e-9).abs() < 1e-20);
-    let saved = |outs: &str, extra: &str| {
-        let op = format!(
-            r#"{{"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": [{outs}]{extra}}}"#
-        );
-        let op = parse_op(&op).unwrap();
-        op_time(&zero, &op).unwrap().detail["emulation_s"]
-            - op_time(&h, &op).unwrap().detail["emulation_s"]
-    };
+    let saved = |outs: &str, extra: &str| emulation_saving(term, "0.0002", outs, extra);
     let n = 75497472.0; // 32768 x 2304, a dY call of the 125M model
     let both = r#"{"format": "nvfp4", "sr": true, "sr16": true}, {"format": "nvfp4", "sr": true, "sr16": true}"#;
     assert!((saved(both, "") - 2.0 * n * 0.0002e-9).abs() < 1e-15);
@@ -904,4 +912,38 @@ fn emulated_quantizer_prices_rotation_by_kernel() {
         "{strip}"
     );
     assert!((old - 1e7 * e.rht_s_per_elem).abs() <= 1e-12, "{old}");
+}
+
+#[test]
+fn emulated_gathered_column_stores_save_per_input_element_of_a_packed_column_copy() {
+    // Quantizer revision 12 (session 12, training-h200 run 18 on; the default): strip
+    // programs of several row tiles store a packed 4-bit column copy's code and scale bytes
+    // once. The X call (row copy decoded, column copy packed) saves the term per input
+    // element; a call whose column copy is decoded (dY), a one-tile call (an RHT), an 8-bit
+    // copy and revisions before 12 save nothing.
+    let term = "emulation.triton_quant_gather_saving_ns_per_elem";
+    assert!(
+        (h200_with(term, "0.0003")
+            .emulation
+            .unwrap()
+            .gather_saving_s_per_elem
+            - 0.0003e-9)
+            .abs()
+            < 1e-20
+    );
+    let saved = |outs: &str, extra: &str| emulation_saving(term, "0.0003", outs, extra);
+    let n = 75497472.0; // 32768 x 2304, an X call of the 125M model
+    let x = r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3"}"#;
+    assert!((saved(x, "") - n * 0.0003e-9).abs() < 1e-15);
+    assert_eq!(saved(x, r#", "quant_rev": 12"#), saved(x, ""));
+    assert_eq!(saved(x, r#", "quant_rev": 11"#), 0.0);
+    let dy = r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3", "decoded": true}"#;
+    assert_eq!(saved(dy, ""), 0.0);
+    let rotated = r#"{"format": "nvfp4"}, {"format": "nvfp4", "rht": 16}"#;
+    assert_eq!(saved(rotated, ""), 0.0);
+    assert_eq!(
+        saved(r#"{"format": "mxfp8"}, {"format": "mxfp8"}"#, ""),
+        0.0
+    );
+    assert_eq!(saved(r#"{"format": "ue5m3"}"#, ""), 0.0); // one copy: no strip kernel
 }
