@@ -10,6 +10,7 @@ mkdir -p "$OUT"
 CASES=${*:-strip_x strip_dy gemm_split gemm_wgmma gemm_wgmma_decode gemm_wgmma_lut gemm_wgmma_lut_decode}
 SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
           --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+          --section MemoryWorkloadAnalysis_Tables
           --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
 ncu --version | tail -1
 for c in $CASES; do

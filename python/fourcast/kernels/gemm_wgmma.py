@@ -29,7 +29,8 @@ bytes as two 32-bit words and hand them to the PTX routine as they are (loaded a
 each was unpacked into its own register and packed back right after its load). Measured on
 the H200 (kernels-h200.md, session 12): 51-61% of cuBLAS BF16 against the split kernel's
 38-53%; alone, its decode side runs at 70-83% and its MMA side at 111-129%, and the kernel
-takes more than the longer of the two.
+takes more than the longer of the two: together they hold the L1/shared-memory array at 84%
+of its peak (Nsight Compute), the decoders waiting on their global loads.
 
 The decode is gemm.py's: the same PTX routines (`decode_asm`: four code bytes and their
 scales -> the low- and high-nibble values as f16/bf16 pairs), the same split of K into

@@ -11,7 +11,8 @@ column codes' store.
 Rows 2i and 2i + 1 of a column share a byte of the transposed copy (a sum of shifted
 codes over an in-thread axis). Decoded (x_hat) copies of both are written in x's
 orientation, like the load; only the column copy's codes and scale bytes are stored
-transposed (the Wgrad layout). Against the transposing kernel (and the split kernel of
+transposed (the Wgrad layout), and a program of several row tiles gathers them into words
+and stores them once (GATHER: 32 code bytes a column, a whole sector, where a tile had 8). Against the transposing kernel (and the split kernel of
 session 3): no transpose of the data and 36-59 SASS instructions per element for both
 copies without SR, not 64-114.
 
@@ -251,14 +252,14 @@ def _strip_tile(yr, yc, r, c, pid_r, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, 
             u = yc
         codes, xhat = _quant_elems(yc, mult_e, sv_e, bad_e, s_c, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,
                                    MODE_C, UNSCALED)
-        if GATHER:  # rows 2i (low nibble) and 2i + 1 of a column share a byte
+        if CODES_C_ON and BITS == 4:  # rows 2i (low nibble) and 2i + 1 of a column share a byte
             shift = tl.reshape(tl.where(tl.arange(0, 2) == 0, 0, 4), (1, 2, 1))
-            packed_c = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
+            packed = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
+        if GATHER:
+            packed_c = packed
             sb_c = sb
         elif CODES_C_ON:
             if BITS == 4:
-                shift = tl.reshape(tl.where(tl.arange(0, 2) == 0, 0, 4), (1, 2, 1))
-                packed = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
                 i = pid_r * (BR // 2) + tl.arange(0, BR // 2)[:, None]
                 tl.store(CODES_C + c * (R // 2) + i, packed.to(tl.uint8), mask=(i < R // 2) & (c < C))
             else:
