@@ -486,7 +486,7 @@ def _split_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # (CONFIG_OVERRIDE["kernel"] / ["decode"] override these per call; ["cfg"] is the named
 # kernel's tile config): KERNEL "ws" (gemm_wgmma._ws_kernel: decode warps fill a shared-memory
 # ring that one MMA warpgroup consumes; Hopper only, LUT/CVT formats, K a multiple of 64;
-# elsewhere "split" runs; 50-59% of cuBLAS BF16 against split's 37-53%, kernels-h200.md
+# elsewhere "split" runs; 49-61% of cuBLAS BF16 against split's 37-53%, kernels-h200.md
 # session 12), "wgmma" (gemm_wgmma._wgmma_kernel, the same decode without warp
 # specialisation), "split" (above) or "v1" (_gemm_kernel: interleaved nibbles decoded to
 # f32); DECODE "lut" | "cvt" | "generic" (split_plan).

@@ -27,8 +27,8 @@ _ws_kernel (`launch_ws`) is the warp-specialised form, and gemm's default on Hop
 warpgroup consumes it, slots passed through mbarriers. Its decoders load each group's code
 bytes as two 32-bit words and hand them to the PTX routine as they are (loaded as bytes,
 each was unpacked into its own register and packed back right after its load). Measured on
-the H200 (kernels-h200.md, session 12): 51-61% of cuBLAS BF16 against the split kernel's
-38-53%; alone, its decode side runs at 70-83% and its MMA side at 111-129%, and the kernel
+the H200 (kernels-h200.md, session 12): 49-61% of cuBLAS BF16 against the split kernel's
+37-53%; alone, its decode side runs at 70-83% and its MMA side at 111-129%, and the kernel
 takes more than the longer of the two: together they hold the L1/shared-memory array at 84%
 of its peak (Nsight Compute), the decoders waiting on their global loads.
 
