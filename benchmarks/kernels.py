@@ -826,6 +826,53 @@ def gemm_ws():
             save()
 
 
+
+# _rs_kernel configs (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, maxnreg).
+RS_CFGS = ((128, 128, 128, 8, 4, 4, 128, 168), (128, 128, 128, 8, 6, 4, 128, 168),
+           (128, 128, 128, 8, 4, 8, 96, 128))
+
+
+@section("gemm_rs: A from the MMA warpgroup's registers")
+def gemm_rs():
+    """gemm_wgmma._rs_kernel (A decoded straight into the wgmma's register operand, B alone
+    through the shared-memory ring) at RS_CFGS against _ws_kernel's default, each checked
+    against the dequant route, at every GEMM shape, nvfp4, ue5m3, mxfp4 and ufp4; then its
+    parts (PARTS 1: B's decoders only, 2: the MMA warpgroup with A's decode) at 8192^3."""
+    if SMOKE:
+        return  # Gluon: a GPU only
+    from fourcast.kernels import gemm_wgmma as gw
+
+    bf = RES["ceilings"].get("bf16", {})
+    for fname in ("nvfp4", "ue5m3", "mxfp4", "ufp4"):
+        for (m, n, k) in GEMM_SHAPES:
+            key = f"{m}x{n}x{k}"
+            pa = qk.quantize(rand((m, k)), F[fname])
+            pb = qk.quantize(rand((n, k)), F[fname])
+            ref_c = gk.gemm(pa, pb, impl="dequant").float()
+            plan = gk.split_plan(pa.spec, pb.spec)
+            c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
+            runs = [("ws (default)", lambda: gw.launch_ws(pa, pb, c, m, n, k, plan))]
+            runs += [(f"rs {list(cfg)}", lambda cfg=cfg: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg)) for cfg in RS_CFGS]
+            if (m, n, k) == GEMM_SHAPES[0]:
+                runs += [(f"rs parts {p}", lambda p=p: gw.launch_rs(pa, pb, c, m, n, k, plan, None, p)) for p in (1, 2)]
+            for label, fn in runs:
+                if left() < 20:
+                    continue
+                try:
+                    c.fill_(float("nan"))
+                    fn()
+                    diff = float((c.float() - ref_c).abs().max() / ref_c.abs().max())
+                    t = ms(fn)
+                except Exception as exc:
+                    RES["errors"].append(f"gemm_rs {fname} {key} {label}: {exc!r}")
+                    continue
+                tf = 2 * m * n * k / t / 1e9
+                row = dict(fmt=fname, shape=key, kernel=label, ms=t, tflops=tf,
+                           vs_cublas_bf16=tf / bf[key]["tflops"] if key in bf else None, max_rel_diff=diff)
+                RES.setdefault("gemm_rs", []).append(row)
+                log(row)
+            save()
+
 GEMM_IMPL_LABEL = {"triton": "triton", "dequant": "dequant+cuBLAS", "fp8": "E4M3+cuBLAS FP8"}
 
 
@@ -1128,7 +1175,7 @@ def main():
              strip_gather, gemm_epilogue,
              decode_layout,
              layer_profiles, peers,
-             gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, qlinear_graphed,
+             gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, qlinear_graphed,
              qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]

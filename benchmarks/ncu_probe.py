@@ -1,8 +1,8 @@
 """One kernel call, three times, for Nsight Compute to profile the last (benchmarks/ncu_probe.sh
 runs ncu over each case). The cases are the calls whose time the issue-#3 notes could not
 explain from instruction counts alone: the strip quantizer's X and dY calls, and the packed
-GEMM's split, wgmma and warp-specialised kernels (wgmma and ws also with PARTS 1: decode
-side only).
+GEMM's split, wgmma, warp-specialised and register-sourced kernels (wgmma, ws and rs also
+with PARTS 1: decode side only; rs with PARTS 2: the MMA warpgroups with A's decode).
 
     python benchmarks/ncu_probe.py CASE      # CASE in CASES
     PROBE_SMOKE=1 TRITON_INTERPRET=1 python benchmarks/ncu_probe.py CASE   # CPU, tiny shapes: script bugs only
@@ -46,6 +46,8 @@ def _gemm(kernel: str, parts: int = 3, shape=(8192, 8192, 8192), decode: str | N
     c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
     if kernel == "ws":
         return lambda: gw.launch_ws(pa, pb, c, m, n, k, plan, cfg, parts)
+    if kernel == "rs":
+        return lambda: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg, parts)
     return lambda: gw.launch(pa, pb, c, m, n, k, plan, cfg, nreg, parts)
 
 
@@ -61,6 +63,9 @@ CASES = {
     "gemm_wgmma16_decode": lambda: _gemm("wgmma", 1, cfg=(256, 128, 64, 8, 16, 3), nreg=128),
     "gemm_ws": lambda: _gemm("ws", 3),
     "gemm_ws_decode": lambda: _gemm("ws", 1),
+    "gemm_rs": lambda: _gemm("rs", 3, cfg=(128, 128, 128, 8, 4, 8, 96, 128)),
+    "gemm_rs_decode": lambda: _gemm("rs", 1, cfg=(128, 128, 128, 8, 4, 8, 96, 128)),
+    "gemm_rs_mma": lambda: _gemm("rs", 2, cfg=(128, 128, 128, 8, 4, 8, 96, 128)),
 }
 
 

@@ -16,7 +16,7 @@ ncu --version | tail -1
 for c in $CASES; do
   echo "== $c"
   timeout 75 ncu --clock-control none --kernel-name-base function \
-      -k regex:"_strip_kernel|_split_kernel|_wgmma_kernel|_ws_kernel" --launch-skip 2 --launch-count 1 \
+      -k regex:"_strip_kernel|_split_kernel|_wgmma_kernel|_ws_kernel|_rs_kernel" --launch-skip 2 --launch-count 1 \
       $SECTIONS --page details python3 benchmarks/ncu_probe.py "$c" > "$OUT/ncu-$c.txt" 2>&1
   echo "rc $?"
   grep -E "Duration|Registers Per|Achieved Occupancy|Issue Slots Busy|Warp Cycles Per Issued|DRAM Throughput|L2 Cache Throughput" "$OUT/ncu-$c.txt" | head -8

@@ -223,6 +223,26 @@ def test_gemm_ws_within_bound(pair, cfg, monkeypatch):
     assert launched or cfg is not None
 
 
+
+@pytest.mark.parametrize("cfg", [None, (128, 128, 128, 8, 3, 8, 96, 128)])
+@pytest.mark.parametrize("pair", WGMMA_PAIRS)
+def test_gemm_rs_within_bound(pair, cfg):
+    """The register-sourced kernel (gemm_wgmma._rs_kernel: A decoded into the MMA warpgroup's
+    registers, B through shared memory in the chunked K order) meets the bound for every
+    LUT/CVT pair, on shapes with partial tiles and K of 1, 3 and 64 steps (the ring's phases
+    wrap), into a poisoned output (every element written)."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
+    from fourcast.kernels import gemm_wgmma
+
+    for (m, n, k) in [(1008, 208, 128), (304, 528, 384), (1024, 768, 8192)]:
+        a = ref.quantize(testing.make_input("heavy", (m, k), torch.bfloat16, DEV, seed=7), F[pair[0]])
+        b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
+        for out in (torch.bfloat16, torch.float32):
+            c = torch.full((m, n), float("nan"), dtype=out, device=DEV)
+            gemm_wgmma.launch_rs(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg)
+            assert _within_bound(c, a, b, out), (pair, cfg, (m, n, k), out)
+
 def _mx_with_wide_row(m, k, seed):
     x = testing.make_input("heavy", (m, k), torch.float32, DEV, seed=seed)
     x[5, :32], x[5, 32:] = 6 * 2.0**12, 0.75 * 2.0**-12  # 24 binades apart: 0.5 * 2^e is not an E4M3 value

@@ -33,7 +33,10 @@ from fourcast.kernels.utils import parse_fmt
 fa, fb, cfg, parts = json.loads(sys.argv[1])
 a, b = parse_fmt(testing.FORMATS[fa]), parse_fmt(testing.FORMATS[fb])
 plan = gk.split_plan(a, b)
-k = gw.compile_ws_sm90(a, b, plan, tuple(cfg)) if parts == "ws" else gw.compile_sm90(a, b, plan, tuple(cfg), parts=parts)
+if parts in ("ws", "rs"):
+    k = (gw.compile_ws_sm90 if parts == "ws" else gw.compile_rs_sm90)(a, b, plan, tuple(cfg))
+else:
+    k = gw.compile_sm90(a, b, plan, tuple(cfg), parts=parts)
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 
 def tool(name, *args):
@@ -53,6 +56,8 @@ print(json.dumps(dict(
     hgmma=len(hgmma), hgmma_waiting=sum("gsb0" in ln for ln in hgmma),
     setmaxnreg=re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx),
     mbarrier_waits=len(re.findall(r"mbarrier\.try_wait", ptx)),
+    wgmma_register_a=len(re.findall(r"wgmma\.mma_async[^;]*\},\s*\{%r\d+(?:,%r\d+){3}\}", ptx)),
+    ptx_wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
     prmt_sass=sum(" PRMT " in ln for ln in sass))))
 """
 
@@ -103,6 +108,20 @@ def test_warp_specialised_kernel_compiles_with_async_wgmma_and_no_spills(pair, c
     if pair[0] == "nvfp4":
         assert k["prmt_sass"] < 100, k["prmt_sass"]
 
+
+
+@pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("ue5m3", "ue5m3")])
+def test_register_sourced_kernel_takes_a_from_registers(pair):
+    """_rs_kernel: every wgmma takes A from registers (four 32-bit registers a k16 slice)
+    and the ring holds B alone (lo + hi, 16-bit, per slot, plus the mbarriers); nothing
+    spills, and the wgmmas are asynchronous."""
+    cfg = gemm_wgmma.RS_CONFIG
+    k = _compiled(pair, cfg, "rs")
+    assert k["wgmma"] and k["hgmma"] > 0
+    assert k["wgmma_register_a"] > 0 and k["wgmma_register_a"] == k["ptx_wgmma"], k
+    ring = 2 * cfg[4] * cfg[1] * cfg[2] // 2 * 2
+    assert ring <= k["shared"] < ring + 1024
+    assert k["local"] == 0 and 0 < k["hgmma_waiting"] < k["hgmma"]
 
 def test_the_timing_parts_leave_out_what_they_say():
     """PARTS 1 (decode side only) issues no wgmma; PARTS 2 (MMA side only) decodes nothing."""
@@ -161,3 +180,8 @@ def test_the_warp_specialised_config_must_fit_the_register_file():
     with pytest.raises(gk.ShapeError, match="multiple of the tile depth"):
         gemm_wgmma.launch_ws(None, None, None, 128, 128, 192, {}, gemm_wgmma.WS_CONFIG)
     assert gemm_wgmma.ws_config(192)[2] == 64 and gemm_wgmma.ws_config(4096) == gemm_wgmma.WS_CONFIG
+    # _rs_kernel: 8 MMA warps beside the decoders; K in whole 128-deep steps
+    with pytest.raises(ValueError, match="register file"):
+        gemm_wgmma.launch_rs(None, None, None, 128, 128, 128, {}, (128, 128, 128, 8, 4, 8, 96, 168))
+    with pytest.raises(gk.ShapeError, match="multiple of the tile depth"):
+        gemm_wgmma.launch_rs(None, None, None, 128, 128, 192, {})

@@ -42,6 +42,10 @@ block scales (E4M3, UE5M3, UE8M0; 1-D blocks of 16 or 32, or 16 x 16 tiles). The
 bytes of a thread are 8 consecutive bytes of one row, so they share one scale byte,
 which is loaded and converted once (a [rows, groups] tensor broadcast over the 8).
 
+_rs_kernel (`launch_rs`) is a measured variant that gemm does not route to: the MMA
+warpgroups decode A into wgmma's register operand and only B goes through shared memory
+(slower than _ws_kernel everywhere, 40-56% of cuBLAS BF16; the comment above it says why).
+
 Gluon kernels compile for a GPU only: no interpreter. gemm.py runs _ws_kernel (KERNEL
 "ws", the default) or _wgmma_kernel ("wgmma") on an sm_90 GPU where they apply
 (`gemm._wgmma_ok`), the split kernel otherwise; the CPU tiers compile both for sm_90a
@@ -125,20 +129,26 @@ def _load_words(CODES, SCALES, rows, groups, k0, K, B: gl.constexpr, TILE2D: gl.
 
 @gluon.jit
 def _decode_words(words, sbytes, lo_slot, hi_slot, SCALE: gl.constexpr, DOT_F16: gl.constexpr,
-                  ASM: gl.constexpr, R: gl.constexpr, BKH: gl.constexpr):
+                  ASM: gl.constexpr, R: gl.constexpr, BKH: gl.constexpr, CHUNKED: gl.constexpr = False):
     """Decode a step's code words and store the low- and high-nibble values into their
     slots: the PTX routine takes one word and the scale pair, and gives its four 16-bit pairs
     out as 32-bit words (low nibbles' 0-1 and 2-3, high nibbles' 0-1 and 2-3), stored into the
     slots viewed as 32-bit words. The swizzle moves 16-byte units, so that view holds the
-    same bytes at the same places as the 16-bit one."""
+    same bytes at the same places as the 16-bit one. CHUNKED: in _rs_kernel's K order."""
     h = _scale_values(sbytes, SCALE, DOT_F16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
     pair = gl.broadcast(gl.expand_dims(h | (h << 16), 2), words)[0]
     l01, l23, h01, h23 = gl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [words, pair, pair],
                                                    dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True,
                                                    pack=1)
     SW: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=min(128, 2 * BKH), element_bitwidth=32, rank=2)
-    _as_words(lo_slot, R, BKH // 2, SW).store(gl.reshape(gl.join(l01, l23), [R, BKH // 2]))
-    _as_words(hi_slot, R, BKH // 2, SW).store(gl.reshape(gl.join(h01, h23), [R, BKH // 2]))
+    if CHUNKED:
+        lo = _chunk_order(l01, l23, R, BKH // 4)
+        hi = _chunk_order(h01, h23, R, BKH // 4)
+    else:
+        lo = gl.reshape(gl.join(l01, l23), [R, BKH // 2])
+        hi = gl.reshape(gl.join(h01, h23), [R, BKH // 2])
+    _as_words(lo_slot, R, BKH // 2, SW).store(lo)
+    _as_words(hi_slot, R, BKH // 2, SW).store(hi)
 
 
 @gluon.jit
@@ -240,7 +250,7 @@ def _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP: gl.constexpr, BM: 
 def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, SCALE: gl.constexpr,
                       B: gl.constexpr, TILE2D: gl.constexpr, ASM: gl.constexpr, DOT_F16: gl.constexpr,
                       R: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
-                      PARTS: gl.constexpr):
+                      PARTS: gl.constexpr, CHUNKED: gl.constexpr):
     """Worker of _ws_kernel: decode one operand's R rows, step after step, into the ring
     (wait until the MMA partition has freed the slot; store; fence; arrive on ready); a
     step's code words load one step ahead (two ahead was slower for the bf16-decode
@@ -262,7 +272,8 @@ def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, rea
             codes_next, sbytes_next = _load_words(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
         mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
         if PARTS & 1:
-            _decode_words(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH)
+            _decode_words(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH,
+                          CHUNKED)
             codes, sbytes = codes_next, sbytes_next
         fence_async_shared()
         mbarrier.arrive(ready.index(slot), count=1)
@@ -291,6 +302,18 @@ def _mma_partition(a_lo, a_hi, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K,
 
 
 @gluon.jit
+def _slot_barriers(STAGES: gl.constexpr, PRODUCERS: gl.constexpr):
+    """The ring's mbarriers a slot: `empty` (the MMA side arrives once its wgmmas are done
+    with the slot) and `ready` (each of PRODUCERS decode partitions arrives once it stored)."""
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(empty.index(s), count=1)
+        mbarrier.init(ready.index(s), count=PRODUCERS)
+    return empty, ready
+
+
+@gluon.jit
 def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
                B_SCALE: gl.constexpr, B_B: gl.constexpr, B_TILE2D: gl.constexpr, B_ASM: gl.constexpr,
@@ -308,19 +331,15 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, INSTR_N, 16])
     a_lo, a_hi, b_lo, b_hi = _ring(DOT_F16, BM, BN, BKH, STAGES)
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(STAGES):
-        mbarrier.init(empty.index(s), count=1)
-        mbarrier.init(ready.index(s), count=2)
+    empty, ready = _slot_barriers(STAGES, 2)
     pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
     gl.warp_specialize([
         (_mma_partition, (a_lo, a_hi, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n, EPI_EXP,
                           BM, BN, BK, STAGES, MMA, PARTS)),
         (_decode_partition, (A_CODES, A_SCALES, pid_m * BM, M, K, a_lo, a_hi, empty, ready, A_SCALE, A_B, A_TILE2D,
-                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS, PARTS)),
+                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS, PARTS, False)),
         (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
-                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS)),
+                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS, False)),
     ], [PRODUCER_WARPS, PRODUCER_WARPS], [PRODUCER_REGS, PRODUCER_REGS])
 
 
@@ -421,3 +440,178 @@ def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str
     consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
                   INSTR_N=min(bn, 256), num_warps=4, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts)
     return _compile_offline(_ws_kernel, consts, out, dict(num_warps=4, maxnreg=maxnreg))
+
+
+# ---- register-sourced A: the MMA warpgroups decode A themselves ---------------------------
+#
+# _ws_kernel moves both operands through shared memory as bf16: per 128 x 128 x 128 step the
+# decoders store 64 KB and the wgmmas read 96 KB (B twice, once per m64 half), and the
+# L1/shared-memory array runs at 84% (Nsight Compute, session 12). wgmma also takes A from
+# registers. _rs_kernel's two MMA warpgroups load A's code words themselves and decode them
+# straight into the dot-operand layout (CUTLASS's mixed-input GEMMs convert their narrow
+# operand the same way), a step ahead of the wgmmas that use them, so A never enters shared
+# memory (32 KB stored and 64 KB read a step) and the decode warps decode B only.
+#
+# K order inside a step: the wgmma's A fragment gives thread t of a quad the k16 columns
+# {2t, 2t+1, 2t+8, 2t+9} of its rows; the PTX routine turns code word q (bytes 4q .. 4q+3)
+# into the pairs lo(0,1), lo(2,3), hi(0,1), hi(2,3). Thread t takes words 4t .. 4t+3 of a
+# row (one 16-byte run); word 4t + c feeds k16 chunk c: low nibbles, column 8h + 2t + e
+# holding the low nibble of byte 4(4t + c) + 2h + e, and the high nibbles likewise. Any order
+# of K serves as long as A and B agree: B's decoders store theirs the same way (CHUNKED).
+#
+# Measured on the H200 (kernels-h200.md, session 13): correct (tests/gpu), and slower than
+# _ws_kernel at every shape and format: 54-56% of cuBLAS BF16 for NVFP4 and UFP4 at best
+# (ws 58-60% in the same call), 40-49% for UE5M3 and MXFP4 (ws 52-56%). Its MMA side alone
+# runs at 67-86% and its decode side alone (4 warps) at 64-73%; Nsight Compute puts the L1/TEX
+# pipeline at 83-85% again, now from the MMA warps' A loads (10 of 32 bytes a sector used:
+# each warp's loads span 8 rows) rather than shared memory. A variant, not routed by gemm.
+
+
+@gluon.jit
+def _chunk_order(l01, l23, R: gl.constexpr, W: gl.constexpr):
+    """A step's 32-bit value pairs of one nibble half, [R, W // 2, 2] (words q = 2g + w),
+    into the int32 columns of the chunked order: word q's pair h at 8 (q % 4) + 4h + q // 4."""
+    x = gl.reshape(gl.join(l01, l23), [R, W // 4, 2, 2, 2])  # (row, q // 4, (q // 2) % 2, q % 2, h)
+    return gl.reshape(gl.permute(x, (0, 2, 3, 4, 1)), [R, W * 2])
+
+
+@gluon.jit
+def _a_step_words(CODES, SCALES, rows, q, k0, K, B: gl.constexpr, TILE2D: gl.constexpr):
+    """A's code words q of the step at k0 [R, W] (word q: bytes 4q .. 4q + 3 of the step's
+    row), and each word's scale byte."""
+    words = gl.load(CODES.to(gl.pointer_type(gl.int32), bitcast=True) + rows * (K // 8) + k0 // 8 + q)
+    blk: gl.constexpr = 16 if TILE2D else B
+    srow = rows // 16 if TILE2D else rows
+    return words, gl.load(SCALES + srow * (K // blk) + (k0 + 8 * q) // blk)
+
+
+@gluon.jit
+def _halves(p, DOT_F16: gl.constexpr):
+    """A 32-bit pair as its two 16-bit values (a register renaming once ptxas is done)."""
+    if DOT_F16:
+        return gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [p], dtype=(gl.float16, gl.float16),
+                                         is_pure=True, pack=1)
+    else:
+        return gl.inline_asm_elementwise("mov.b32 {$0, $1}, $2;", "=h,=h,r", [p], dtype=(gl.bfloat16, gl.bfloat16),
+                                         is_pure=True, pack=1)
+
+
+@gluon.jit
+def _operand(p01, p23, DOT_F16: gl.constexpr, BM: gl.constexpr, BKH: gl.constexpr, DOT: gl.constexpr):
+    """One nibble half's pairs [BM, W] (words q = 4t + c) as the step's A operand [BM, BKH]:
+    column 16c + 8h + 2t + e from pair h's value e. The layouts line up: the convert only
+    renames registers."""
+    v0, v1 = _halves(p01, DOT_F16)
+    v2, v3 = _halves(p23, DOT_F16)
+    x = gl.reshape(gl.join(gl.join(v0, v1), gl.join(v2, v3)), [BM, 4, BKH // 16, 2, 2])  # (row, t, c, e, h)
+    return gl.convert_layout(gl.reshape(gl.permute(x, (0, 2, 4, 1, 3)), [BM, BKH]), DOT)
+
+
+@gluon.jit
+def _a_step_operands(words, sbytes, SCALE: gl.constexpr, DOT_F16: gl.constexpr, ASM: gl.constexpr,
+                     BM: gl.constexpr, BKH: gl.constexpr, DOT: gl.constexpr):
+    """A step's code words decoded into the two register operands (low and high nibbles)."""
+    h = _scale_values(sbytes, SCALE, DOT_F16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+    pair = h | (h << 16)
+    l01, l23, h01, h23 = gl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [words, pair, pair],
+                                                   dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True,
+                                                   pack=1)
+    return _operand(l01, l23, DOT_F16, BM, BKH, DOT), _operand(h01, h23, DOT_F16, BM, BKH, DOT)
+
+
+@gluon.jit
+def _rs_mma_partition(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
+                      A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
+                      DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                      BK: gl.constexpr, STAGES: gl.constexpr, MMA: gl.constexpr, PARTS: gl.constexpr):
+    """Default partition of _rs_kernel (two warpgroups, 64 rows each): step i's wgmmas run
+    while the warps decode step i + 1's A into the other register operands (its words were
+    loaded a step before), then wait for them and free B's slot; then the epilogue."""
+    gl.static_assert(BM == 128 and BK == 128, "the A word layout is written for 128 x 128 steps on 8 warps")
+    BKH: gl.constexpr = BK // 2
+    # Words [BM, BKH // 4] where the dot-operand layout wants them: thread t of a quad holds
+    # words 4t .. 4t + 3 (16 bytes: one load) of rows r, r + 8 of its warp's 16.
+    AW: gl.constexpr = gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [8, 0]],
+        lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0], [64, 0]],
+        block_bases=[], shape=[BM, BKH // 4])
+    DOT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
+    rows = gl.expand_dims(gl.minimum(pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, AW)), M - 1), 1)
+    q = gl.expand_dims(gl.arange(0, BKH // 4, layout=gl.SliceLayout(0, AW)), 0)
+    acc = gl.zeros((BM, BN), gl.float32, layout=MMA)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))  # see _wgmma_kernel (C7515)
+    steps = K // BK
+    w, s = _a_step_words(A_CODES, A_SCALES, rows, q, 0, K, A_B, A_TILE2D)
+    al, ah = _a_step_operands(w, s, A_SCALE, DOT_F16, A_ASM, BM, BKH, DOT)
+    w, s = _a_step_words(A_CODES, A_SCALES, rows, q, gl.where(steps > 1, BK, 0), K, A_B, A_TILE2D)
+    for i in range(steps):
+        slot = i % STAGES
+        k_after = gl.where(i + 2 < steps, (i + 2) * BK, 0)  # past the end: step 0 again, unused
+        mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        if PARTS & 2:
+            acc = warpgroup_mma(al, b_lo.index(slot).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma(ah, b_hi.index(slot).permute((1, 0)), acc, is_async=True)
+            nl, nh = _a_step_operands(w, s, A_SCALE, DOT_F16, A_ASM, BM, BKH, DOT)
+            w, s = _a_step_words(A_CODES, A_SCALES, rows, q, k_after, K, A_B, A_TILE2D)
+            acc, al, ah = warpgroup_mma_wait(num_outstanding=0, deps=(acc, al, ah))
+            al, ah = nl, nh
+        mbarrier.arrive(empty.index(slot), count=1)
+    _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP, BM, BN, MMA)
+
+
+@gluon.jit
+def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
+               A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
+               B_SCALE: gl.constexpr, B_B: gl.constexpr, B_TILE2D: gl.constexpr, B_ASM: gl.constexpr,
+               DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+               BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, INSTR_N: gl.constexpr,
+               num_warps: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+               PARTS: gl.constexpr = 3):
+    """_ws_kernel with A from registers: one decode partition (PRODUCER_WARPS warps) fills a
+    ring of B only, in the chunked K order; the default partition (num_warps = 8: two MMA
+    warpgroups) decodes A itself. PARTS as _ws_kernel's (1: B's decoders only, 2: the MMA
+    warpgroups only, A's decode included)."""
+    BKH: gl.constexpr = BK // 2
+    MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                  instr_shape=[16, INSTR_N, 16])
+    VT: gl.constexpr = gl.float16 if DOT_F16 else gl.bfloat16
+    b_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BKH], VT)
+    b_lo = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
+    b_hi = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
+    empty, ready = _slot_barriers(STAGES, 1)
+    pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
+    gl.warp_specialize([
+        (_rs_mma_partition, (A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
+                             A_SCALE, A_B, A_TILE2D, A_ASM, DOT_F16, EPI_EXP, BM, BN, BK, STAGES, MMA, PARTS)),
+        (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
+                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS, True)),
+    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+
+
+# (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, kernel maxnreg) of _rs_kernel.
+# 8 decode warps at 96 registers (16 warps launch at 128): the fastest of those tried for
+# NVFP4, UFP4 and UE5M3 (session 13, call 4); 4 at 128 under a 168 launch was 2-13% slower.
+RS_CONFIG = (128, 128, 128, 8, 4, 8, 96, 128)
+
+
+def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
+              parts: int = 3) -> None:
+    """C = A . B^T into c with _rs_kernel (as launch_ws)."""
+    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg or RS_CONFIG
+    if k % bk:
+        raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
+    if (8 + pw) * 32 * maxnreg > REGISTER_FILE:
+        raise ValueError(f"{8 + pw} warps at {maxnreg} registers exceed the {REGISTER_FILE}-register file")
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    _rs_kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
+                     b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan),
+                     BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages, INSTR_N=min(bn, 256), num_warps=8,
+                     PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts, maxnreg=maxnreg)
+
+
+def compile_rs_sm90(a_spec, b_spec, plan: dict, cfg: tuple = RS_CONFIG, out: str = "*bf16", parts: int = 3):
+    """_rs_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
+    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg
+    consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
+                  INSTR_N=min(bn, 256), num_warps=8, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts)
+    return _compile_offline(_rs_kernel, consts, out, dict(num_warps=8, maxnreg=maxnreg))
