@@ -828,8 +828,8 @@ def gemm_ws():
 
 
 # _rs_kernel configs (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, maxnreg).
-RS_CFGS = ((128, 128, 128, 8, 4, 4, 128, 168), (128, 128, 128, 8, 6, 4, 128, 168),
-           (128, 128, 128, 8, 4, 8, 96, 128))
+RS_CFGS = ((128, 128, 128, 8, 4, 8, 96, 128), (128, 128, 128, 8, 6, 8, 96, 128),
+           (128, 128, 128, 8, 4, 4, 128, 168))
 
 
 @section("gemm_rs: A from the MMA warpgroup's registers")

@@ -2,6 +2,9 @@
 # Nsight Compute over benchmarks/ncu_probe.py's cases (stall reasons, issue activity,
 # occupancy, memory throughput of one launch each), on the GPU machine:
 #   OUT=$OUT bash benchmarks/ncu_probe.sh [CASE...]
+#   L1=1 OUT=$OUT bash benchmarks/ncu_probe.sh CASE...   # instead: what fills the L1/TEX
+#       pipeline (the breakdown of l1tex__throughput into its sub-units, shared-store
+#       wavefronts, global-load sectors and requests: kernels-h200.md session 13)
 # ncu leaves the clocks alone (--clock-control none, the device README's advice).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +15,12 @@ SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --sec
           --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section MemoryWorkloadAnalysis_Tables
           --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+if [ "${L1:-0}" = 1 ]; then
+  SECTIONS="--metrics breakdown:l1tex__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum,\
+l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,\
+l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,\
+l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed"
+fi
 ncu --version | tail -1
 for c in $CASES; do
   echo "== $c"

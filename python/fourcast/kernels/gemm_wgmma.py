@@ -44,7 +44,7 @@ which is loaded and converted once (a [rows, groups] tensor broadcast over the 8
 
 _rs_kernel (`launch_rs`) is a measured variant that gemm does not route to: the MMA
 warpgroups decode A into wgmma's register operand and only B goes through shared memory
-(slower than _ws_kernel everywhere, 40-56% of cuBLAS BF16; the comment above it says why).
+(level with _ws_kernel, 49-61% of cuBLAS BF16; the comment above it says why).
 
 Gluon kernels compile for a GPU only: no interpreter. gemm.py runs _ws_kernel (KERNEL
 "ws", the default) or _wgmma_kernel ("wgmma") on an sm_90 GPU where they apply
@@ -459,12 +459,16 @@ def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str
 # holding the low nibble of byte 4(4t + c) + 2h + e, and the high nibbles likewise. Any order
 # of K serves as long as A and B agree: B's decoders store theirs the same way (CHUNKED).
 #
-# Measured on the H200 (kernels-h200.md, session 13): correct (tests/gpu), and slower than
-# _ws_kernel at every shape and format: 54-56% of cuBLAS BF16 for NVFP4 and UFP4 at best
-# (ws 58-60% in the same call), 40-49% for UE5M3 and MXFP4 (ws 52-56%). Its MMA side alone
-# runs at 67-86% and its decode side alone (4 warps) at 64-73%; Nsight Compute puts the L1/TEX
-# pipeline at 83-85% again, now from the MMA warps' A loads (10 of 32 bytes a sector used:
-# each warp's loads span 8 rows) rather than shared memory. A variant, not routed by gemm.
+# Measured on the H200 (kernels-h200.md, session 13): correct (tests/gpu), and level with
+# _ws_kernel, not ahead: % of cuBLAS BF16 at the five GEMM shapes, rs (RS_CONFIG) / ws in one
+# call (call 10): NVFP4 55.8-60.3 / 57.1-60.5, UFP4 55.7-60.7 / 56.6-59.5, UE5M3 51.4-55.6 /
+# 51.0-54.3, MXFP4 49.3-55.7 / 53.0-56.2 (per shape 0.92-1.05x ws's speed).
+# Nsight Compute's breakdown of the L1/TEX pipeline (call 9) says what both kernels pay: its
+# LSU data-pipe wavefronts, at 82% in _ws_kernel (shared stores of the decoded operands, the
+# wgmmas' shared-memory reads and the code and scale loads), 64% in this one; the rest of
+# _rs_kernel's time is its MMA warps' own decode (its MMA side alone: 70-85%). Loading A's
+# scale bytes a word at a time (one byte load per word) had held it at 75-83% and 40-56%.
+# A variant, not routed by gemm.
 
 
 @gluon.jit
@@ -476,13 +480,40 @@ def _chunk_order(l01, l23, R: gl.constexpr, W: gl.constexpr):
 
 
 @gluon.jit
-def _a_step_words(CODES, SCALES, rows, q, k0, K, B: gl.constexpr, TILE2D: gl.constexpr):
+def _a_step_words(CODES, SCALES, rows, q, rows4, t, k0, K, B: gl.constexpr, TILE2D: gl.constexpr):
     """A's code words q of the step at k0 [R, W] (word q: bytes 4q .. 4q + 3 of the step's
-    row), and each word's scale byte."""
+    row), and the scale bytes of each thread's 16-byte run [R, 4] (thread t: words 4t ..
+    4t + 3, elements 32t .. 32t + 31): one byte for blocks of 32, two (one 16-bit load) for
+    blocks of 16. One load a run, not one a word: loaded a word at a time, a warp's scale
+    loads spanned 8 rows each and used 10 of every 32 bytes fetched (Nsight Compute,
+    kernels-h200.md session 13)."""
     words = gl.load(CODES.to(gl.pointer_type(gl.int32), bitcast=True) + rows * (K // 8) + k0 // 8 + q)
     blk: gl.constexpr = 16 if TILE2D else B
-    srow = rows // 16 if TILE2D else rows
-    return words, gl.load(SCALES + srow * (K // blk) + (k0 + 8 * q) // blk)
+    srow = rows4 // 16 if TILE2D else rows4
+    ptr = SCALES + srow * (K // blk) + (k0 + 32 * t) // blk
+    if blk == 16:
+        return words, gl.load(ptr.to(gl.pointer_type(gl.uint16), bitcast=True))
+    else:
+        return words, gl.load(ptr)
+
+
+@gluon.jit
+def _word_scales(sraw, SCALE: gl.constexpr, DOT_F16: gl.constexpr, B: gl.constexpr, TILE2D: gl.constexpr,
+                 BM: gl.constexpr, AW: gl.constexpr):
+    """The run scale bytes [BM, 4] as each word's scale pair [BM, 16] (word 4t + j: the run's
+    first scale for j < 2, its second for j >= 2 where blocks hold 16 elements)."""
+    if (16 if TILE2D else B) == 16:
+        s0 = (sraw & 0xFF).to(gl.uint8)
+        s1 = (sraw >> 8).to(gl.uint8)
+    else:
+        s0 = sraw
+        s1 = sraw
+    h0 = _scale_values(s0, SCALE, DOT_F16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+    h1 = _scale_values(s1, SCALE, DOT_F16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+    p0 = h0 | (h0 << 16)
+    p1 = h1 | (h1 << 16)
+    x = gl.permute(gl.join(gl.join(p0, p0), gl.join(p1, p1)), (0, 1, 3, 2))  # (row, t, j // 2, j % 2)
+    return gl.convert_layout(gl.reshape(x, [BM, 16]), AW)
 
 
 @gluon.jit
@@ -508,11 +539,11 @@ def _operand(p01, p23, DOT_F16: gl.constexpr, BM: gl.constexpr, BKH: gl.constexp
 
 
 @gluon.jit
-def _a_step_operands(words, sbytes, SCALE: gl.constexpr, DOT_F16: gl.constexpr, ASM: gl.constexpr,
-                     BM: gl.constexpr, BKH: gl.constexpr, DOT: gl.constexpr):
+def _a_step_operands(words, sraw, SCALE: gl.constexpr, DOT_F16: gl.constexpr, ASM: gl.constexpr,
+                     B: gl.constexpr, TILE2D: gl.constexpr, BM: gl.constexpr, BKH: gl.constexpr,
+                     AW: gl.constexpr, DOT: gl.constexpr):
     """A step's code words decoded into the two register operands (low and high nibbles)."""
-    h = _scale_values(sbytes, SCALE, DOT_F16).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
-    pair = h | (h << 16)
+    pair = _word_scales(sraw, SCALE, DOT_F16, B, TILE2D, BM, AW)
     l01, l23, h01, h23 = gl.inline_asm_elementwise(ASM, "=r,=r,=r,=r,r,r,r", [words, pair, pair],
                                                    dtype=(gl.int32, gl.int32, gl.int32, gl.int32), is_pure=True,
                                                    pack=1)
@@ -535,15 +566,22 @@ def _rs_mma_partition(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS
         reg_bases=[[0, 1], [0, 2], [8, 0]],
         lane_bases=[[0, 4], [0, 8], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0], [64, 0]],
         block_bases=[], shape=[BM, BKH // 4])
+    # The run scales [BM, 4]: thread t of a quad holds its run's of the same rows.
+    AS: gl.constexpr = gl.DistributedLinearLayout(reg_bases=[[8, 0]],
+                                                  lane_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]],
+                                                  warp_bases=[[16, 0], [32, 0], [64, 0]], block_bases=[],
+                                                  shape=[BM, 4])
     DOT: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=MMA, k_width=2)
     rows = gl.expand_dims(gl.minimum(pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, AW)), M - 1), 1)
     q = gl.expand_dims(gl.arange(0, BKH // 4, layout=gl.SliceLayout(0, AW)), 0)
+    rows4 = gl.expand_dims(gl.minimum(pid_m * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, AS)), M - 1), 1)
+    t = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, AS)), 0)
     acc = gl.zeros((BM, BN), gl.float32, layout=MMA)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))  # see _wgmma_kernel (C7515)
     steps = K // BK
-    w, s = _a_step_words(A_CODES, A_SCALES, rows, q, 0, K, A_B, A_TILE2D)
-    al, ah = _a_step_operands(w, s, A_SCALE, DOT_F16, A_ASM, BM, BKH, DOT)
-    w, s = _a_step_words(A_CODES, A_SCALES, rows, q, gl.where(steps > 1, BK, 0), K, A_B, A_TILE2D)
+    w, s = _a_step_words(A_CODES, A_SCALES, rows, q, rows4, t, 0, K, A_B, A_TILE2D)
+    al, ah = _a_step_operands(w, s, A_SCALE, DOT_F16, A_ASM, A_B, A_TILE2D, BM, BKH, AW, DOT)
+    w, s = _a_step_words(A_CODES, A_SCALES, rows, q, rows4, t, gl.where(steps > 1, BK, 0), K, A_B, A_TILE2D)
     for i in range(steps):
         slot = i % STAGES
         k_after = gl.where(i + 2 < steps, (i + 2) * BK, 0)  # past the end: step 0 again, unused
@@ -551,8 +589,8 @@ def _rs_mma_partition(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS
         if PARTS & 2:
             acc = warpgroup_mma(al, b_lo.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma(ah, b_hi.index(slot).permute((1, 0)), acc, is_async=True)
-            nl, nh = _a_step_operands(w, s, A_SCALE, DOT_F16, A_ASM, BM, BKH, DOT)
-            w, s = _a_step_words(A_CODES, A_SCALES, rows, q, k_after, K, A_B, A_TILE2D)
+            nl, nh = _a_step_operands(w, s, A_SCALE, DOT_F16, A_ASM, A_B, A_TILE2D, BM, BKH, AW, DOT)
+            w, s = _a_step_words(A_CODES, A_SCALES, rows, q, rows4, t, k_after, K, A_B, A_TILE2D)
             acc, al, ah = warpgroup_mma_wait(num_outstanding=0, deps=(acc, al, ah))
             al, ah = nl, nh
         mbarrier.arrive(empty.index(slot), count=1)
@@ -589,9 +627,10 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 
 
 # (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, kernel maxnreg) of _rs_kernel.
-# 8 decode warps at 96 registers (16 warps launch at 128): the fastest of those tried for
-# NVFP4, UFP4 and UE5M3 (session 13, call 4); 4 at 128 under a 168 launch was 2-13% slower.
-RS_CONFIG = (128, 128, 128, 8, 4, 8, 96, 128)
+# 8 decode warps at 96 registers (16 warps launch at 128) and a 6-slot ring: the fastest of
+# those tried (session 13, call 10; 4 slots within 0-3%, 4 decode warps at 128 under a 168
+# launch 8-25% slower).
+RS_CONFIG = (128, 128, 128, 8, 6, 8, 96, 128)
 
 
 def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
