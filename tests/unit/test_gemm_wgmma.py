@@ -48,6 +48,28 @@ def tool(name, *args):
 
 ptx = k.asm["ptx"]
 sass = tool("nvdisasm", "-c").splitlines()
+
+
+def mma_loop_ops():
+    # opcodes of the innermost loop that issues HGMMA (a label, then a backward branch to it)
+    labels, ops, best = {}, [], None
+    for line in sass:
+        m = re.match(r"^(\.L_x_\d+):", line)
+        if m:
+            labels[m.group(1)] = len(ops)
+            continue
+        m = re.match(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+        if not m:
+            continue
+        ops.append(m.group(1))
+        b = re.search(r"BRA `\((\.L_x_\d+)\)", line)
+        if b and b.group(1) in labels:
+            span = ops[labels[b.group(1)]:]
+            if any(o.startswith("HGMMA") for o in span) and (best is None or len(span) < len(best)):
+                best = span
+    return best or []
+
+
 hgmma = [ln for ln in sass if "HGMMA" in ln]
 print(json.dumps(dict(
     wgmma="wgmma.mma_async" in ptx, waits=re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx),
@@ -58,6 +80,7 @@ print(json.dumps(dict(
     mbarrier_waits=len(re.findall(r"mbarrier\.try_wait", ptx)),
     wgmma_register_a=len(re.findall(r"wgmma\.mma_async[^;]*\},\s*\{%r\d+(?:,%r\d+){3}\}", ptx)),
     ptx_wgmma=len(re.findall(r"wgmma\.mma_async", ptx)),
+    mma_loop={op: sum(o.split(".")[0] == op for o in mma_loop_ops()) for op in ("LDG", "STS", "LDS", "HGMMA")},
     prmt_sass=sum(" PRMT " in ln for ln in sass))))
 """
 
@@ -114,7 +137,11 @@ def test_warp_specialised_kernel_compiles_with_async_wgmma_and_no_spills(pair, c
 def test_register_sourced_kernel_takes_a_from_registers(pair):
     """_rs_kernel: every wgmma takes A from registers (four 32-bit registers a k16 slice)
     and the ring holds B alone (lo + hi, 16-bit, per slot, plus the mbarriers); nothing
-    spills, and the wgmmas are asynchronous."""
+    spills, and the wgmmas are asynchronous. Its MMA loop touches no shared memory (A's
+    dot-operand conversion is a register renaming) and loads A's step in at most 8 loads
+    a thread: two rows' 16-byte code runs and their scale bytes once a run (loaded once a
+    word, the scales took 8 more loads and held the L1/TEX pipeline at 79%: kernels-h200.md
+    session 13)."""
     cfg = gemm_wgmma.RS_CONFIG
     k = _compiled(pair, cfg, "rs")
     assert k["wgmma"] and k["hgmma"] > 0
@@ -122,6 +149,9 @@ def test_register_sourced_kernel_takes_a_from_registers(pair):
     ring = 2 * cfg[4] * cfg[1] * cfg[2] // 2 * 2
     assert ring <= k["shared"] < ring + 1024
     assert k["local"] == 0 and 0 < k["hgmma_waiting"] < k["hgmma"]
+    loop = k["mma_loop"]
+    assert loop["HGMMA"] > 0 and loop["STS"] == 0 and loop["LDS"] == 0, loop
+    assert 0 < loop["LDG"] <= 8, loop
 
 def test_the_timing_parts_leave_out_what_they_say():
     """PARTS 1 (decode side only) issues no wgmma; PARTS 2 (MMA side only) decodes nothing."""
