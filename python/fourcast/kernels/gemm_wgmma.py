@@ -445,8 +445,8 @@ def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str
 # ---- register-sourced A: the MMA warpgroups decode A themselves ---------------------------
 #
 # _ws_kernel moves both operands through shared memory as bf16: per 128 x 128 x 128 step the
-# decoders store 64 KB and the wgmmas read 96 KB (B twice, once per m64 half), and the
-# L1/shared-memory array runs at 84% (Nsight Compute, session 12). wgmma also takes A from
+# decoders store 64 KB and the wgmmas read 96 KB (B twice, once per m64 half), and
+# Nsight Compute puts the L1/TEX pipeline at 84% (session 12). wgmma also takes A from
 # registers. _rs_kernel's two MMA warpgroups load A's code words themselves and decode them
 # straight into the dot-operand layout (CUTLASS's mixed-input GEMMs convert their narrow
 # operand the same way), a step ahead of the wgmmas that use them, so A never enters shared
@@ -466,9 +466,9 @@ def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str
 # Nsight Compute's breakdown of the L1/TEX pipeline (call 9) says what both kernels pay: its
 # LSU data-pipe wavefronts, at 82% in _ws_kernel (shared stores of the decoded operands, the
 # wgmmas' shared-memory reads and the code and scale loads), 64% in this one; the rest of
-# _rs_kernel's time is its MMA warps' own decode (its MMA side alone: 70-85%). Loading A's
-# scale bytes a word at a time (one byte load per word) had held it at 75-83% and 40-56%.
-# A variant, not routed by gemm.
+# _rs_kernel's time is its MMA warps' own decode (its MMA side alone: 70-85%). With A's scale
+# bytes loaded a word at a time (a byte load per word) the pipeline was at 75-83% and the
+# kernel at 40-56%. A variant, not routed by gemm.
 
 
 @gluon.jit
