@@ -60,8 +60,13 @@ def test_graphed_resume_continues_bit_for_bit(shared_data, tmp_path):
     with pytest.raises(_Stop):
         train(_cfg(tmp_path, shared_data, "ue5m3", 14), tmp_path / "part", on_step=_stop_at_7)
     resumed = train(_cfg(tmp_path, shared_data, "ue5m3", 14), tmp_path / "part", resume=True)
-    assert whole["cuda_graphs"]["used"] and resumed["cuda_graphs"]["replayed"] > 0
-    assert _lines(tmp_path / "part") == _lines(tmp_path / "whole")
+    # The messages say which way it failed (it failed once in session 13, under a cold
+    # Triton cache and six workers, and did not come back in four whole-tier runs).
+    assert whole["cuda_graphs"]["used"] and resumed["cuda_graphs"]["replayed"] > 0, \
+        (whole["cuda_graphs"], resumed["cuda_graphs"])
+    part, full = _lines(tmp_path / "part"), _lines(tmp_path / "whole")
+    first = next((i for i, (a, b) in enumerate(zip(part, full)) if a != b), min(len(part), len(full)))
+    assert part == full, f"first difference at line {first}: {part[first:first + 2]} vs {full[first:first + 2]}"
 
 
 def test_capturable_optimizer_after_loading_a_host_step_checkpoint():
