@@ -358,22 +358,38 @@ def ws_config(k: int) -> tuple:
     return WS_CONFIG if k % 128 == 0 else WS_CONFIG_BK64
 
 
+def _specialised_consts(cfg: tuple, mma_warps: int, decoders: int, parts: int) -> dict:
+    """The tile constexprs of a warp-specialised kernel's config (BM, BN, BK, GROUP_M, STAGES,
+    decode warps, decode registers, maxnreg); the CTA launches all its warps (mma_warps +
+    decoders x decode warps) at maxnreg registers, so they must fit the register file."""
+    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg
+    warps = mma_warps + decoders * pw
+    if warps * 32 * maxnreg > REGISTER_FILE:
+        raise ValueError(f"{warps} warps at {maxnreg} registers exceed the {REGISTER_FILE}-register file")
+    return dict(BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages, INSTR_N=min(bn, 256), num_warps=mma_warps,
+                PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts)
+
+
+def _launch_specialised(kernel, a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple,
+                        mma_warps: int, decoders: int, parts: int) -> None:
+    bm, bn, bk = cfg[:3]
+    if k % bk:
+        raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
+    consts = _specialised_consts(cfg, mma_warps, decoders, parts)
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
+                 b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan), **consts,
+                 maxnreg=cfg[7])
+
+
 def launch_ws(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
               parts: int = 3) -> None:
     """C = A . B^T into c with _ws_kernel; cfg as WS_CONFIG (default: ws_config(k)); parts:
     the kernel's PARTS (benchmarks only: anything but 3 leaves c meaningless)."""
-    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg or ws_config(k)
-    if k % bk:
-        raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
-    if stages < 2:
-        raise ValueError(f"the warp-specialised ring needs at least 2 slots, got {stages}")
-    if (4 + 2 * pw) * 32 * maxnreg > REGISTER_FILE:
-        raise ValueError(f"{4 + 2 * pw} warps at {maxnreg} registers exceed the {REGISTER_FILE}-register file")
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-    _ws_kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
-                     b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan),
-                     BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages, INSTR_N=min(bn, 256), num_warps=4,
-                     PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts, maxnreg=maxnreg)
+    cfg = cfg or ws_config(k)
+    if cfg[4] < 2:
+        raise ValueError(f"the warp-specialised ring needs at least 2 slots, got {cfg[4]}")
+    _launch_specialised(_ws_kernel, a, b, c, m, n, k, plan, cfg, 4, 2, parts)
 
 
 def config(m: int, n: int, k: int) -> tuple:
@@ -436,10 +452,8 @@ def compile_sm90(a_spec, b_spec, plan: dict, cfg: tuple, out: str = "*bf16", par
 
 def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str = "*bf16", parts: int = 3):
     """_ws_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
-    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg
-    consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
-                  INSTR_N=min(bn, 256), num_warps=4, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts)
-    return _compile_offline(_ws_kernel, consts, out, dict(num_warps=4, maxnreg=maxnreg))
+    consts = dict(constants(a_spec, b_spec, plan), **_specialised_consts(cfg, 4, 2, parts))
+    return _compile_offline(_ws_kernel, consts, out, dict(num_warps=4, maxnreg=cfg[7]))
 
 
 # ---- register-sourced A: the MMA warpgroups decode A themselves ---------------------------
@@ -635,22 +649,11 @@ RS_CONFIG = (128, 128, 128, 8, 6, 8, 96, 128)
 
 def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
               parts: int = 3) -> None:
-    """C = A . B^T into c with _rs_kernel (as launch_ws)."""
-    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg or RS_CONFIG
-    if k % bk:
-        raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
-    if (8 + pw) * 32 * maxnreg > REGISTER_FILE:
-        raise ValueError(f"{8 + pw} warps at {maxnreg} registers exceed the {REGISTER_FILE}-register file")
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-    _rs_kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
-                     b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan),
-                     BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages, INSTR_N=min(bn, 256), num_warps=8,
-                     PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts, maxnreg=maxnreg)
+    """C = A . B^T into c with _rs_kernel (as launch_ws): 8 MMA warps, one decode partition."""
+    _launch_specialised(_rs_kernel, a, b, c, m, n, k, plan, cfg or RS_CONFIG, 8, 1, parts)
 
 
 def compile_rs_sm90(a_spec, b_spec, plan: dict, cfg: tuple = RS_CONFIG, out: str = "*bf16", parts: int = 3):
     """_rs_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
-    bm, bn, bk, group, stages, pw, pregs, maxnreg = cfg
-    consts = dict(constants(a_spec, b_spec, plan), BM=bm, BN=bn, BK=bk, GROUP_M=group, STAGES=stages,
-                  INSTR_N=min(bn, 256), num_warps=8, PRODUCER_WARPS=pw, PRODUCER_REGS=pregs, PARTS=parts)
-    return _compile_offline(_rs_kernel, consts, out, dict(num_warps=8, maxnreg=maxnreg))
+    consts = dict(constants(a_spec, b_spec, plan), **_specialised_consts(cfg, 8, 1, parts))
+    return _compile_offline(_rs_kernel, consts, out, dict(num_warps=8, maxnreg=cfg[7]))
