@@ -210,6 +210,7 @@ def qvariants(x):
     yield "row nvfp4 (amax pass + quantize)", 1, False, 16, lambda: qk.quantize(x, nv)
     yield "row nvfp4 delayed amax (1 pass)", 1, False, 16, lambda: qk.quantize(x, nv, tensor_amax=amax)
     yield "row nvfp4 SR", 1, False, 16, lambda: qk.quantize(x, nv, rounding="sr", seed=1)
+    yield "row nvfp4 SR16 delayed", 1, False, 16, lambda: qk.quantize(x, nv, rounding="sr16", seed=1, tensor_amax=amax)
     yield "row mxfp4 (1 pass, fused amax)", 1, False, 32, lambda: qk.quantize(x, mx)
     yield "col nvfp4 RHT16 (butterfly)", 1, False, 16, lambda: qk.quantize(x, nv, axis=0, rht=(16, s16))
     yield "col nvfp4 RHT16 (tensor-core dot)", 1, False, 16, lambda: qk.quantize(x, nv, axis=0, rht=(16, s16),
@@ -224,6 +225,10 @@ def qvariants(x):
             x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))),
         ("dY: decoded row + col, ue5m3 delayed, SR", 2, True, 16, lambda: ops.rowcol_operands(
             x, ue, rounding="sr", seed=1, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "decoded"))),
+        ("dY: decoded row + col, ue5m3 delayed, SR16", 2, True, 16, lambda: ops.rowcol_operands(
+            x, ue, rounding="sr16", seed=1, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "decoded"))),
+        ("row+col nvfp4, col RHT16+SR16 (TE dY, codes)", 2, False, 16, lambda: qk.quantize_rowcol(
+            x, nv, nv, "sr16", "sr16", 0, 0, None, (16, s16), amax, amax)),
         ("X nvfp4: decoded row + packed col RHT16", (1, 1), None, 16, lambda: ops.rowcol_operands(
             x, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))),
         ("row+col nvfp4, col RHT16+SR (TE dY, codes)", 2, False, 16, lambda: qk.quantize_rowcol(
@@ -828,8 +833,7 @@ def gemm_ws():
 
 
 # _rs_kernel configs (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, maxnreg).
-RS_CFGS = ((128, 128, 128, 8, 4, 8, 96, 128), (128, 128, 128, 8, 6, 8, 96, 128),
-           (128, 128, 128, 8, 4, 4, 128, 168))
+RS_CFGS = ((128, 128, 128, 8, 6, 8, 96, 128),)  # RS_CONFIG; the 4-slot and 4-warp ones: sessions 13-14
 
 
 @section("gemm_rs: A from the MMA warpgroup's registers")
@@ -837,7 +841,8 @@ def gemm_rs():
     """gemm_wgmma._rs_kernel (A decoded straight into the wgmma's register operand, B alone
     through the shared-memory ring) at RS_CFGS against _ws_kernel's default, each checked
     against the dequant route, at every GEMM shape, nvfp4, ue5m3, mxfp4 and ufp4; then its
-    parts (PARTS 1: B's decoders only, 2: the MMA warpgroup with A's decode) at 8192^3."""
+    parts (PARTS 1: B's decoders only, 2: the MMA warpgroup with A's decode) at 8192^3; and
+    both sides loading their code words two steps ahead ("ahead 2")."""
     if SMOKE:
         return  # Gluon: a GPU only
     from fourcast.kernels import gemm_wgmma as gw
@@ -853,8 +858,10 @@ def gemm_rs():
             c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
             runs = [("ws (default)", lambda: gw.launch_ws(pa, pb, c, m, n, k, plan))]
             runs += [(f"rs {list(cfg)}", lambda cfg=cfg: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg)) for cfg in RS_CFGS]
+            runs += [("rs ahead 2", lambda: gw.launch_rs(pa, pb, c, m, n, k, plan, ahead=2))]
             if (m, n, k) == GEMM_SHAPES[0]:
-                runs += [(f"rs parts {p}", lambda p=p: gw.launch_rs(pa, pb, c, m, n, k, plan, None, p)) for p in (1, 2)]
+                runs += [(f"rs parts {p} ahead {a}", lambda p=p, a=a: gw.launch_rs(pa, pb, c, m, n, k, plan, None, p, a))
+                         for p in (1, 2) for a in (1, 2)]
             for label, fn in runs:
                 if left() < 20:
                     continue

@@ -197,18 +197,15 @@ def test_gemm_wgmma_within_bound(pair, cfg, monkeypatch):
 
 @pytest.mark.parametrize("cfg", [None, (128, 128, 64, 8, 4, 4, 120, 168), (128, 128, 128, 8, 3, 8, 80, 96)])
 @pytest.mark.parametrize("pair", WGMMA_PAIRS)
-def test_gemm_ws_within_bound(pair, cfg, monkeypatch):
+def test_gemm_ws_within_bound(pair, cfg):
     """The warp-specialised kernel (gemm_wgmma._ws_kernel) meets the bound for every LUT/CVT
     pair, on shapes with partial tiles and K of 1, 3 and 64 steps (its mbarrier phases wrap),
     into a poisoned output (every element written). cfg None: ws_config's (BK 128, and BK 64
-    for a K of 192), and gemm's default route (impl "triton") launches it, with the same bits."""
+    for a K of 192)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
     from fourcast.kernels import gemm_wgmma
 
-    launched = []
-    real = gemm_wgmma.launch_ws
-    monkeypatch.setattr(gemm_wgmma, "launch_ws", lambda *a, **k: (launched.append(1), real(*a, **k))[1])
     bk = (cfg or gemm_wgmma.WS_CONFIG)[2]
     shapes = [(1008, 208, bk), (304, 528, 3 * bk), (1024, 768, 64 * bk)] + ([(304, 528, 192)] if cfg is None else [])
     for (m, n, k) in shapes:
@@ -216,21 +213,44 @@ def test_gemm_ws_within_bound(pair, cfg, monkeypatch):
         b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
         for out in (torch.bfloat16, torch.float32):
             c = torch.full((m, n), float("nan"), dtype=out, device=DEV)
-            real(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg)
+            gemm_wgmma.launch_ws(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg)
             assert _within_bound(c, a, b, out), (pair, cfg, (m, n, k), out)
-            if cfg is None:
-                assert torch.equal(gk.gemm(a, b, out, impl="triton"), c), (pair, (m, n, k), out)
-    assert launched or cfg is not None
 
 
-
-@pytest.mark.parametrize("cfg", [None, (128, 128, 128, 8, 3, 8, 96, 128)])
 @pytest.mark.parametrize("pair", WGMMA_PAIRS)
-def test_gemm_rs_within_bound(pair, cfg):
+def test_gemm_triton_route_is_launch_packed(pair, monkeypatch):
+    """gemm(impl="triton") on Hopper runs gemm_wgmma.launch_packed: the kernel packed_kernel
+    names (_rs_kernel for NVFP4/UFP4 with K in 128-deep steps, _ws_kernel otherwise, BK 64
+    for a K of 192), with the same bits as launching it directly."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
+    from fourcast.kernels import gemm_wgmma
+
+    ran = []
+    for name in ("launch_rs", "launch_ws"):
+        real = getattr(gemm_wgmma, name)
+        monkeypatch.setattr(gemm_wgmma, name, lambda *a, _r=real, _n=name, **k: (ran.append(_n), _r(*a, **k))[1])
+    for (m, n, k) in [(304, 528, 384), (304, 528, 192)]:
+        a = ref.quantize(testing.make_input("heavy", (m, k), torch.bfloat16, DEV, seed=7), F[pair[0]])
+        b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
+        plan = gk.split_plan(a.spec, b.spec)
+        c = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=DEV)
+        gemm_wgmma.launch_packed(a, b, c, m, n, k, plan)
+        ran.clear()
+        assert torch.equal(gk.gemm(a, b, torch.bfloat16, impl="triton"), c), (pair, (m, n, k))
+        assert ran == ["launch_" + gemm_wgmma.packed_kernel(plan, k)], (pair, k, ran)
+        assert _within_bound(c, a, b, torch.bfloat16), (pair, (m, n, k))
+
+
+
+@pytest.mark.parametrize("cfg,ahead", [(None, 1), (None, 2), ((128, 128, 128, 8, 3, 8, 96, 128), 2)])
+@pytest.mark.parametrize("pair", WGMMA_PAIRS)
+def test_gemm_rs_within_bound(pair, cfg, ahead):
     """The register-sourced kernel (gemm_wgmma._rs_kernel: A decoded into the MMA warpgroup's
     registers, B through shared memory in the chunked K order) meets the bound for every
     LUT/CVT pair, on shapes with partial tiles and K of 1, 3 and 64 steps (the ring's phases
-    wrap), into a poisoned output (every element written)."""
+    wrap), into a poisoned output (every element written); code words one or two steps
+    ahead."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
     from fourcast.kernels import gemm_wgmma
@@ -240,8 +260,8 @@ def test_gemm_rs_within_bound(pair, cfg):
         b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
         for out in (torch.bfloat16, torch.float32):
             c = torch.full((m, n), float("nan"), dtype=out, device=DEV)
-            gemm_wgmma.launch_rs(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg)
-            assert _within_bound(c, a, b, out), (pair, cfg, (m, n, k), out)
+            gemm_wgmma.launch_rs(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg, ahead=ahead)
+            assert _within_bound(c, a, b, out), (pair, cfg, ahead, (m, n, k), out)
 
 def _mx_with_wide_row(m, k, seed):
     x = testing.make_input("heavy", (m, k), torch.float32, DEV, seed=seed)

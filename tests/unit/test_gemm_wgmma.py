@@ -33,8 +33,10 @@ from fourcast.kernels.utils import parse_fmt
 fa, fb, cfg, parts = json.loads(sys.argv[1])
 a, b = parse_fmt(testing.FORMATS[fa]), parse_fmt(testing.FORMATS[fb])
 plan = gk.split_plan(a, b)
-if parts in ("ws", "rs"):
-    k = (gw.compile_ws_sm90 if parts == "ws" else gw.compile_rs_sm90)(a, b, plan, tuple(cfg))
+if parts == "ws":
+    k = gw.compile_ws_sm90(a, b, plan, tuple(cfg))
+elif parts in ("rs", "rs2"):  # rs2: code words two steps ahead (launch_packed's NVFP4/UFP4 route)
+    k = gw.compile_rs_sm90(a, b, plan, tuple(cfg), ahead=2 if parts == "rs2" else 1)
 else:
     k = gw.compile_sm90(a, b, plan, tuple(cfg), parts=parts)
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -133,17 +135,19 @@ def test_warp_specialised_kernel_compiles_with_async_wgmma_and_no_spills(pair, c
 
 
 
-@pytest.mark.parametrize("pair", [("nvfp4", "nvfp4-2d"), ("ue5m3", "ue5m3")])
-def test_register_sourced_kernel_takes_a_from_registers(pair):
+@pytest.mark.parametrize("pair,variant", [(("nvfp4", "nvfp4-2d"), "rs"), (("ue5m3", "ue5m3"), "rs"),
+                                          (("nvfp4", "nvfp4-2d"), "rs2"), (("ufp4", "ufp4"), "rs2")])
+def test_register_sourced_kernel_takes_a_from_registers(pair, variant):
     """_rs_kernel: every wgmma takes A from registers (four 32-bit registers a k16 slice)
     and the ring holds B alone (lo + hi, 16-bit, per slot, plus the mbarriers); nothing
     spills, and the wgmmas are asynchronous. Its MMA loop touches no shared memory (A's
     dot-operand conversion is a register renaming) and loads A's step in at most 8 loads
     a thread: two rows' 16-byte code runs and their scale bytes once a run (loaded once a
     word, the scales took 8 more loads and held the L1/TEX pipeline at 79%: kernels-h200.md
-    session 13)."""
+    session 13). rs2: the same with code words loaded two steps ahead (gemm's route for
+    NVFP4/UFP4), still one step's loads an iteration."""
     cfg = gemm_wgmma.RS_CONFIG
-    k = _compiled(pair, cfg, "rs")
+    k = _compiled(pair, cfg, variant)
     assert k["wgmma"] and k["hgmma"] > 0
     assert k["wgmma_register_a"] > 0 and k["wgmma_register_a"] == k["ptx_wgmma"], k
     ring = 2 * cfg[4] * cfg[1] * cfg[2] // 2 * 2
@@ -215,3 +219,20 @@ def test_the_warp_specialised_config_must_fit_the_register_file():
         gemm_wgmma.launch_rs(None, None, None, 128, 128, 128, {}, (128, 128, 128, 8, 4, 8, 96, 168))
     with pytest.raises(gk.ShapeError, match="multiple of the tile depth"):
         gemm_wgmma.launch_rs(None, None, None, 128, 128, 192, {})
+
+
+@pytest.mark.parametrize("pair,k,kernel", [(("nvfp4", "nvfp4-2d"), 4096, "rs"), (("ufp4", "ufp4"), 8192, "rs"),
+                                           (("nvfp4", "nvfp4-2d"), 192, "ws"), (("ue5m3", "ue5m3-2d"), 4096, "ws"),
+                                           (("mxfp4", "mxfp4"), 4096, "ws")])
+def test_packed_route_takes_the_faster_kernel(pair, k, kernel, monkeypatch):
+    """launch_packed (gemm's Hopper route): _rs_kernel two steps ahead for f16-decoded pairs
+    (E4M3 scales) with K in whole 128-deep steps, _ws_kernel for the rest and whenever a
+    _ws_kernel config is given (kernels-h200.md, session 14)."""
+    ran = []
+    monkeypatch.setattr(gemm_wgmma, "launch_rs", lambda *a, **kw: ran.append(("rs", kw.get("ahead"))))
+    monkeypatch.setattr(gemm_wgmma, "launch_ws", lambda *a, **kw: ran.append(("ws", a[7])))
+    plan = gk.split_plan(parse_fmt(F[pair[0]]), parse_fmt(F[pair[1]]))
+    assert gemm_wgmma.packed_kernel(plan, k) == kernel
+    gemm_wgmma.launch_packed(None, None, None, 128, 128, k, plan)
+    gemm_wgmma.launch_packed(None, None, None, 128, 128, k, plan, gemm_wgmma.WS_CONFIG)
+    assert ran == [("rs", gemm_wgmma.RS_AHEAD) if kernel == "rs" else ("ws", None), ("ws", gemm_wgmma.WS_CONFIG)]

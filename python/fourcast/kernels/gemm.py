@@ -17,8 +17,9 @@ plus the epilogue's alpha (two FP32 roundings) and product (one).
 
 Three implementations (`impl`); "triton" and "dequant" within that bound, "fp8" not:
 - "triton": on Hopper, for the LUT/CVT formats with K a multiple of 64, gemm_wgmma.py's
-  warp-specialised kernel (KERNEL "ws": decode warps fill a shared-memory ring of decoded
-  operands, one warpgroup runs the wgmmas; the fastest, kernels-h200.md session 12);
+  warp-specialised kernels (KERNEL "ws": decode warps fill a shared-memory ring of decoded
+  operands, one warpgroup runs the wgmmas; for NVFP4/UFP4 A is decoded in the MMA warps'
+  registers instead, gemm_wgmma.launch_packed; the fastest, kernels-h200.md sessions 12, 14);
   elsewhere this module's split-nibble kernel (the section "the split-nibble kernel"
   below: low and high nibbles as two MMAs, decoded by PTX table lookups, two CTAs per SM
   so one's decode runs under the other's wgmma), or the original interleaved one ("v1",
@@ -484,10 +485,11 @@ def _split_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 
 # Kernel and decode variants, for benchmarks/kernels.py to time old against new in one run
 # (CONFIG_OVERRIDE["kernel"] / ["decode"] override these per call; ["cfg"] is the named
-# kernel's tile config): KERNEL "ws" (gemm_wgmma._ws_kernel: decode warps fill a shared-memory
-# ring that one MMA warpgroup consumes; Hopper only, LUT/CVT formats, K a multiple of 64;
-# elsewhere "split" runs; 49-61% of cuBLAS BF16 against split's 37-53%, kernels-h200.md
-# session 12), "wgmma" (gemm_wgmma._wgmma_kernel, the same decode without warp
+# kernel's tile config): KERNEL "ws" (the warp-specialised kernels, gemm_wgmma.launch_packed:
+# _ws_kernel, decode warps fill a shared-memory ring that one MMA warpgroup consumes, or for
+# NVFP4/UFP4 _rs_kernel, A decoded in the MMA warpgroups' registers; Hopper only, LUT/CVT
+# formats, K a multiple of 64; elsewhere "split" runs; 49-62% of cuBLAS BF16 against split's
+# 37-53%, kernels-h200.md sessions 12 and 14), "wgmma" (gemm_wgmma._wgmma_kernel, the same decode without warp
 # specialisation), "split" (above) or "v1" (_gemm_kernel: interleaved nibbles decoded to
 # f32); DECODE "lut" | "cvt" | "generic" (split_plan).
 KERNEL = "ws"
@@ -632,7 +634,7 @@ def _gemm_triton(a: Packed, b: Packed, m: int, n: int, k: int, out_dtype) -> tor
             c = torch.empty((m, n), dtype=out_dtype, device=a.codes.device)
             plan, cfg = split_plan(a.spec, b.spec), CONFIG_OVERRIDE.get("cfg")
             if kernel == "ws":
-                _gluon().launch_ws(a, b, c, m, n, k, plan, cfg)
+                _gluon().launch_packed(a, b, c, m, n, k, plan, cfg)
             else:
                 _gluon().launch(a, b, c, m, n, k, plan, cfg, CONFIG_OVERRIDE.get("maxnreg"))
             return c

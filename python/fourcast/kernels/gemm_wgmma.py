@@ -42,11 +42,12 @@ block scales (E4M3, UE5M3, UE8M0; 1-D blocks of 16 or 32, or 16 x 16 tiles). The
 bytes of a thread are 8 consecutive bytes of one row, so they share one scale byte,
 which is loaded and converted once (a [rows, groups] tensor broadcast over the 8).
 
-_rs_kernel (`launch_rs`) is a measured variant that gemm does not route to: the MMA
-warpgroups decode A into wgmma's register operand and only B goes through shared memory
-(level with _ws_kernel, 49-61% of cuBLAS BF16; the comment above it says why).
+_rs_kernel (`launch_rs`): the MMA warpgroups decode A into wgmma's register operand and
+only B goes through shared memory. With both sides' code words loaded two steps ahead it is
+gemm's route for NVFP4/UFP4 (f16 decode; 1.04-1.09x _ws_kernel, 57-62% of cuBLAS BF16,
+session 14), `launch_packed`; the comment above it says why.
 
-Gluon kernels compile for a GPU only: no interpreter. gemm.py runs _ws_kernel (KERNEL
+Gluon kernels compile for a GPU only: no interpreter. gemm.py runs launch_packed (KERNEL
 "ws", the default) or _wgmma_kernel ("wgmma") on an sm_90 GPU where they apply
 (`gemm._wgmma_ok`), the split kernel otherwise; the CPU tiers compile both for sm_90a
 offline and test the routing, tests/gpu the results.
@@ -250,12 +251,13 @@ def _store_c(acc, C, A_TS, B_TS, M, N, pid_m, pid_n, EPI_EXP: gl.constexpr, BM: 
 def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, SCALE: gl.constexpr,
                       B: gl.constexpr, TILE2D: gl.constexpr, ASM: gl.constexpr, DOT_F16: gl.constexpr,
                       R: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
-                      PARTS: gl.constexpr, CHUNKED: gl.constexpr):
+                      PARTS: gl.constexpr, CHUNKED: gl.constexpr, AHEAD: gl.constexpr):
     """Worker of _ws_kernel: decode one operand's R rows, step after step, into the ring
     (wait until the MMA partition has freed the slot; store; fence; arrive on ready); a
-    step's code words load one step ahead (two ahead was slower for the bf16-decode
-    formats, kernels-h200.md session 12). Without PARTS & 1 it only passes the slots on
-    (_ws_kernel's timing experiment)."""
+    step's code words load AHEAD (1 or 2) steps ahead (two ahead was slower for _ws_kernel's
+    bf16-decode formats, kernels-h200.md session 12). Without PARTS & 1 it only passes the
+    slots on (_ws_kernel's timing experiment)."""
+    gl.static_assert(AHEAD == 1 or AHEAD == 2, "code words load one or two steps ahead")
     BKH: gl.constexpr = BK // 2
     G: gl.constexpr = BKH // BYTES_PER_THREAD
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 2], [32 // G, G, 1], [NW, 1, 1], [2, 1, 0])
@@ -265,16 +267,23 @@ def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, rea
     r = gl.expand_dims(gl.minimum(row0 + gl.arange(0, R, layout=ROWS), rows - 1), 1)
     steps = K // BK
     codes, sbytes = _load_words(CODES, SCALES, r, groups, 0, K, B, TILE2D, L3)
+    if AHEAD == 2:
+        codes1, sbytes1 = _load_words(CODES, SCALES, r, groups, gl.where(steps > 1, BK, 0), K, B, TILE2D, L3)
+    else:
+        codes1, sbytes1 = codes, sbytes  # unused
     for i in range(steps):
         slot = i % STAGES
-        if PARTS & 1:  # the last step fetches step 0 again, unused
-            k_next = gl.where(i + 1 < steps, (i + 1) * BK, 0)
+        if PARTS & 1:  # past the last step: step 0 again, unused
+            k_next = gl.where(i + AHEAD < steps, (i + AHEAD) * BK, 0)
             codes_next, sbytes_next = _load_words(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
         mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
         if PARTS & 1:
             _decode_words(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH,
                           CHUNKED)
-            codes, sbytes = codes_next, sbytes_next
+            if AHEAD == 2:
+                codes, sbytes, codes1, sbytes1 = codes1, sbytes1, codes_next, sbytes_next
+            else:
+                codes, sbytes = codes_next, sbytes_next
         fence_async_shared()
         mbarrier.arrive(ready.index(slot), count=1)
 
@@ -337,9 +346,9 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
         (_mma_partition, (a_lo, a_hi, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n, EPI_EXP,
                           BM, BN, BK, STAGES, MMA, PARTS)),
         (_decode_partition, (A_CODES, A_SCALES, pid_m * BM, M, K, a_lo, a_hi, empty, ready, A_SCALE, A_B, A_TILE2D,
-                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS, PARTS, False)),
+                             A_ASM, DOT_F16, BM, BK, STAGES, PRODUCER_WARPS, PARTS, False, 1)),
         (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
-                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS, False)),
+                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS, False, 1)),
     ], [PRODUCER_WARPS, PRODUCER_WARPS], [PRODUCER_REGS, PRODUCER_REGS])
 
 
@@ -371,11 +380,11 @@ def _specialised_consts(cfg: tuple, mma_warps: int, decoders: int, parts: int) -
 
 
 def _launch_specialised(kernel, a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple,
-                        mma_warps: int, decoders: int, parts: int) -> None:
+                        mma_warps: int, decoders: int, parts: int, **extra) -> None:
     bm, bn, bk = cfg[:3]
     if k % bk:
         raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
-    consts = _specialised_consts(cfg, mma_warps, decoders, parts)
+    consts = dict(_specialised_consts(cfg, mma_warps, decoders, parts), **extra)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
     kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
                  b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan), **consts,
@@ -482,7 +491,15 @@ def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str
 # wgmmas' shared-memory reads and the code and scale loads), 64% in this one; the rest of
 # _rs_kernel's time is its MMA warps' own decode (its MMA side alone: 70-85%). With A's scale
 # bytes loaded a word at a time (a byte load per word) the pipeline was at 75-83% and the
-# kernel at 40-56%. A variant, not routed by gemm.
+# kernel at 40-56%.
+# Session 14 (calls 1-2): with both sides' code words two steps ahead (AHEAD 2) B's decoders
+# alone run at 86-101% (from 67-73%) and the kernel gains where the decode is f16 (NVFP4,
+# UFP4: 57.8-62.4% against _ws_kernel's 53.0-58.8% in the same call), but loses where it is
+# bf16 (UE5M3 37-41%, MXFP4 44-49%: the MMA side, A's decode, slows at AHEAD 2: alone 42-67%
+# against 62-76% at AHEAD 1). A one step ahead and B two (call 2): NVFP4/UFP4 within 3% of
+# that, UE5M3/MXFP4 still slower than at AHEAD 1 (41-50%). Issuing step i's wgmmas before
+# waiting for step i - 1's (a wgmma always in flight) did not help: the MMA side alone
+# 63-76% -> 54-74%, the kernel 0.82-1.0x. So launch_packed routes f16 pairs here.
 
 
 @gluon.jit
@@ -568,10 +585,11 @@ def _a_step_operands(words, sraw, SCALE: gl.constexpr, DOT_F16: gl.constexpr, AS
 def _rs_mma_partition(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
                       A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
                       DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                      BK: gl.constexpr, STAGES: gl.constexpr, MMA: gl.constexpr, PARTS: gl.constexpr):
+                      BK: gl.constexpr, STAGES: gl.constexpr, MMA: gl.constexpr, PARTS: gl.constexpr,
+                      AHEAD: gl.constexpr):
     """Default partition of _rs_kernel (two warpgroups, 64 rows each): step i's wgmmas run
     while the warps decode step i + 1's A into the other register operands (its words were
-    loaded a step before), then wait for them and free B's slot; then the epilogue."""
+    loaded AHEAD steps before), then wait for them and free B's slot; then the epilogue."""
     gl.static_assert(BM == 128 and BK == 128, "the A word layout is written for 128 x 128 steps on 8 warps")
     BKH: gl.constexpr = BK // 2
     # Words [BM, BKH // 4] where the dot-operand layout wants them: thread t of a quad holds
@@ -596,15 +614,24 @@ def _rs_mma_partition(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS
     w, s = _a_step_words(A_CODES, A_SCALES, rows, q, rows4, t, 0, K, A_B, A_TILE2D)
     al, ah = _a_step_operands(w, s, A_SCALE, DOT_F16, A_ASM, A_B, A_TILE2D, BM, BKH, AW, DOT)
     w, s = _a_step_words(A_CODES, A_SCALES, rows, q, rows4, t, gl.where(steps > 1, BK, 0), K, A_B, A_TILE2D)
+    if AHEAD == 2:  # step i + 2's words too
+        w2, s2 = _a_step_words(A_CODES, A_SCALES, rows, q, rows4, t, gl.where(steps > 2, 2 * BK, 0), K, A_B,
+                               A_TILE2D)
+    else:
+        w2, s2 = w, s  # unused
     for i in range(steps):
         slot = i % STAGES
-        k_after = gl.where(i + 2 < steps, (i + 2) * BK, 0)  # past the end: step 0 again, unused
+        k_after = gl.where(i + 1 + AHEAD < steps, (i + 1 + AHEAD) * BK, 0)  # past the end: step 0, unused
         mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
         if PARTS & 2:
             acc = warpgroup_mma(al, b_lo.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma(ah, b_hi.index(slot).permute((1, 0)), acc, is_async=True)
             nl, nh = _a_step_operands(w, s, A_SCALE, DOT_F16, A_ASM, A_B, A_TILE2D, BM, BKH, AW, DOT)
-            w, s = _a_step_words(A_CODES, A_SCALES, rows, q, rows4, t, k_after, K, A_B, A_TILE2D)
+            wn, sn = _a_step_words(A_CODES, A_SCALES, rows, q, rows4, t, k_after, K, A_B, A_TILE2D)
+            if AHEAD == 2:
+                w, s, w2, s2 = w2, s2, wn, sn
+            else:
+                w, s = wn, sn
             acc, al, ah = warpgroup_mma_wait(num_outstanding=0, deps=(acc, al, ah))
             al, ah = nl, nh
         mbarrier.arrive(empty.index(slot), count=1)
@@ -618,7 +645,7 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, INSTR_N: gl.constexpr,
                num_warps: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-               PARTS: gl.constexpr = 3):
+               PARTS: gl.constexpr = 3, AHEAD: gl.constexpr = 1):
     """_ws_kernel with A from registers: one decode partition (PRODUCER_WARPS warps) fills a
     ring of B only, in the chunked K order; the default partition (num_warps = 8: two MMA
     warpgroups) decodes A itself. PARTS as _ws_kernel's (1: B's decoders only, 2: the MMA
@@ -634,9 +661,10 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
     gl.warp_specialize([
         (_rs_mma_partition, (A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
-                             A_SCALE, A_B, A_TILE2D, A_ASM, DOT_F16, EPI_EXP, BM, BN, BK, STAGES, MMA, PARTS)),
+                             A_SCALE, A_B, A_TILE2D, A_ASM, DOT_F16, EPI_EXP, BM, BN, BK, STAGES, MMA, PARTS,
+                             AHEAD)),
         (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
-                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS, True)),
+                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS, True, AHEAD)),
     ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
 
@@ -648,12 +676,37 @@ RS_CONFIG = (128, 128, 128, 8, 6, 8, 96, 128)
 
 
 def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
-              parts: int = 3) -> None:
-    """C = A . B^T into c with _rs_kernel (as launch_ws): 8 MMA warps, one decode partition."""
-    _launch_specialised(_rs_kernel, a, b, c, m, n, k, plan, cfg or RS_CONFIG, 8, 1, parts)
+              parts: int = 3, ahead: int = 1) -> None:
+    """C = A . B^T into c with _rs_kernel (as launch_ws): 8 MMA warps, one decode partition;
+    ahead: how many steps ahead both sides load their code words (1 or 2)."""
+    _launch_specialised(_rs_kernel, a, b, c, m, n, k, plan, cfg or RS_CONFIG, 8, 1, parts, AHEAD=ahead)
 
 
-def compile_rs_sm90(a_spec, b_spec, plan: dict, cfg: tuple = RS_CONFIG, out: str = "*bf16", parts: int = 3):
+# gemm's packed route on Hopper (gemm.KERNEL "ws"), by measurement (kernels-h200.md, session
+# 14, calls 1-3; % of cuBLAS BF16 at the five GEMM shapes): f16-decoded operand pairs (E4M3
+# scales: NVFP4, UFP4) with K a multiple of 128 take _rs_kernel with both sides' code words
+# two steps ahead (1.04-1.09x _ws_kernel); bf16-decoded pairs (UE5M3, UE8M0 scales) and BK-64
+# depths take _ws_kernel, which _rs_kernel two ahead trails there (0.75-0.92x; the UE5M3 pair
+# spills at 128 registers).
+RS_AHEAD = 2
+
+
+def packed_kernel(plan: dict, k: int) -> str:
+    """"rs" or "ws": which kernel launch_packed runs for operands with this split_plan."""
+    return "rs" if plan["DOT_F16"] and k % RS_CONFIG[2] == 0 else "ws"
+
+
+def launch_packed(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None) -> None:
+    """C = A . B^T into c with the faster kernel for these operands (packed_kernel); a cfg
+    (a _ws_kernel config, from the benchmarks) pins _ws_kernel."""
+    if cfg is None and packed_kernel(plan, k) == "rs":
+        launch_rs(a, b, c, m, n, k, plan, ahead=RS_AHEAD)
+    else:
+        launch_ws(a, b, c, m, n, k, plan, cfg)
+
+
+def compile_rs_sm90(a_spec, b_spec, plan: dict, cfg: tuple = RS_CONFIG, out: str = "*bf16", parts: int = 3,
+                    ahead: int = 1):
     """_rs_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
-    consts = dict(constants(a_spec, b_spec, plan), **_specialised_consts(cfg, 8, 1, parts))
+    consts = dict(constants(a_spec, b_spec, plan), **_specialised_consts(cfg, 8, 1, parts), AHEAD=ahead)
     return _compile_offline(_rs_kernel, consts, out, dict(num_warps=8, maxnreg=cfg[7]))
