@@ -833,7 +833,8 @@ def gemm_ws():
 
 
 # _rs_kernel configs (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, maxnreg).
-RS_CFGS = ((128, 128, 128, 8, 6, 8, 96, 128),)  # RS_CONFIG; the 4-slot and 4-warp ones: sessions 13-14
+RS_CFGS = ((128, 128, 128, 8, 6, 8, 96, 128), (128, 128, 128, 8, 6, 4, 128, 168))  # RS_CONFIG; 4 decode warps
+# under a 168-register launch (the MMA warps' two operand sets then fit: session 14)
 
 
 @section("gemm_rs: A from the MMA warpgroup's registers")
@@ -841,8 +842,8 @@ def gemm_rs():
     """gemm_wgmma._rs_kernel (A decoded straight into the wgmma's register operand, B alone
     through the shared-memory ring) at RS_CFGS against _ws_kernel's default, each checked
     against the dequant route, at every GEMM shape, nvfp4, ue5m3, mxfp4 and ufp4; then its
-    parts (PARTS 1: B's decoders only, 2: the MMA warpgroup with A's decode) at 8192^3; and
-    both sides loading their code words two steps ahead ("ahead 2")."""
+    parts (PARTS 1: B's decoders only, 2: the MMA warpgroup with A's decode) at 8192^3; each
+    with both sides loading their code words one or two steps ahead ("ahead 1|2")."""
     if SMOKE:
         return  # Gluon: a GPU only
     from fourcast.kernels import gemm_wgmma as gw
@@ -857,11 +858,12 @@ def gemm_rs():
             plan = gk.split_plan(pa.spec, pb.spec)
             c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
             runs = [("ws (default)", lambda: gw.launch_ws(pa, pb, c, m, n, k, plan))]
-            runs += [(f"rs {list(cfg)}", lambda cfg=cfg: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg)) for cfg in RS_CFGS]
-            runs += [("rs ahead 2", lambda: gw.launch_rs(pa, pb, c, m, n, k, plan, ahead=2))]
+            runs += [(f"rs {list(cfg)} ahead {a}", lambda cfg=cfg, a=a: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg,
+                                                                                   ahead=a))
+                     for cfg in RS_CFGS for a in (1, 2)]
             if (m, n, k) == GEMM_SHAPES[0]:
-                runs += [(f"rs parts {p} ahead {a}", lambda p=p, a=a: gw.launch_rs(pa, pb, c, m, n, k, plan, None, p, a))
-                         for p in (1, 2) for a in (1, 2)]
+                runs += [(f"rs {list(cfg)} parts {p} ahead {a}", lambda cfg=cfg, p=p, a=a: gw.launch_rs(
+                    pa, pb, c, m, n, k, plan, cfg, p, a)) for cfg in RS_CFGS for p in (1, 2) for a in (1, 2)]
             for label, fn in runs:
                 if left() < 20:
                     continue

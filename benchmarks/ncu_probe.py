@@ -2,7 +2,8 @@
 runs ncu over each case). The cases are the calls whose time the issue-#3 notes could not
 explain from instruction counts alone: the strip quantizer's X and dY calls, and the packed
 GEMM's split, wgmma, warp-specialised and register-sourced kernels (wgmma, ws and rs also
-with PARTS 1: decode side only; rs with PARTS 2: the MMA warpgroups with A's decode).
+with PARTS 1: decode side only; rs with PARTS 2: the MMA warpgroups with A's decode; rs2:
+RS_CONFIG with code words two steps ahead, gemm's NVFP4/UFP4 route).
 
     python benchmarks/ncu_probe.py CASE      # CASE in CASES
     PROBE_SMOKE=1 TRITON_INTERPRET=1 python benchmarks/ncu_probe.py CASE   # CPU, tiny shapes: script bugs only
@@ -34,7 +35,8 @@ def _strip(rounding: str, outputs: tuple, shape=(32768, 2304)):
                                        tensor_amax_col=amax, outputs=outputs)
 
 
-def _gemm(kernel: str, parts: int = 3, shape=(8192, 8192, 8192), decode: str | None = None, cfg=None, nreg=None):
+def _gemm(kernel: str, parts: int = 3, shape=(8192, 8192, 8192), decode: str | None = None, cfg=None, nreg=None,
+          ahead: int = 1):
     m, n, k = (64, 64, 128) if SMOKE else shape
     pa = qk.quantize(torch.randn((m, k), device=DEV, dtype=torch.bfloat16), F["nvfp4"])
     pb = qk.quantize(torch.randn((n, k), device=DEV, dtype=torch.bfloat16), F["nvfp4"])
@@ -47,7 +49,7 @@ def _gemm(kernel: str, parts: int = 3, shape=(8192, 8192, 8192), decode: str | N
     if kernel == "ws":
         return lambda: gw.launch_ws(pa, pb, c, m, n, k, plan, cfg, parts)
     if kernel == "rs":
-        return lambda: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg, parts)
+        return lambda: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg, parts, ahead)
     return lambda: gw.launch(pa, pb, c, m, n, k, plan, cfg, nreg, parts)
 
 
@@ -66,6 +68,8 @@ CASES = {
     "gemm_rs": lambda: _gemm("rs", 3, cfg=(128, 128, 128, 8, 4, 8, 96, 128)),
     "gemm_rs_decode": lambda: _gemm("rs", 1, cfg=(128, 128, 128, 8, 4, 8, 96, 128)),
     "gemm_rs_mma": lambda: _gemm("rs", 2, cfg=(128, 128, 128, 8, 4, 8, 96, 128)),
+    "gemm_rs2": lambda: _gemm("rs", 3, ahead=2),  # gemm's NVFP4 route (session 14)
+    "gemm_rs2_mma": lambda: _gemm("rs", 2, ahead=2),
 }
 
 

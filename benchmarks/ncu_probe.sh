@@ -5,6 +5,8 @@
 #   L1=1 OUT=$OUT bash benchmarks/ncu_probe.sh CASE...   # instead: what fills the L1/TEX
 #       pipeline (the breakdown of l1tex__throughput into its sub-units, shared-store
 #       wavefronts, global-load sectors and requests: kernels-h200.md session 13)
+#   SRC=1 OUT=$OUT bash benchmarks/ncu_probe.sh CASE...  # the default sections plus SourceCounters
+#       (the most-stalled SASS instructions and their stall reasons)
 # ncu leaves the clocks alone (--clock-control none, the device README's advice).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,9 @@ SECTIONS="--section SpeedOfLight --section Occupancy --section LaunchStats --sec
           --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section MemoryWorkloadAnalysis_Tables
           --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio"
+if [ "${SRC:-0}" = 1 ]; then  # and where the warps stall, per SASS instruction
+  SECTIONS="$SECTIONS --section SourceCounters --import-source no"
+fi
 if [ "${L1:-0}" = 1 ]; then
   SECTIONS="--metrics breakdown:l1tex__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum,\
 l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,\

@@ -111,6 +111,8 @@ def _worker(plan_path: str) -> int:
     rank = int(os.environ["RANK"])
     # Written after the hook's last use of `writes`; the log path is outside the runs.
     pathlib.Path(plan["log"].format(rank=rank)).write_text(json.dumps({"codes": codes, "writes": writes}))
+    if plan["preinit"]:  # the group's owner ends it: left to interpreter exit, gloo's threads
+        dist.destroy_process_group()  # can abort the process (std::terminate, seen under load)
     return max(codes)
 
 

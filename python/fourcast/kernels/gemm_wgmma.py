@@ -44,8 +44,8 @@ which is loaded and converted once (a [rows, groups] tensor broadcast over the 8
 
 _rs_kernel (`launch_rs`): the MMA warpgroups decode A into wgmma's register operand and
 only B goes through shared memory. With both sides' code words loaded two steps ahead it is
-gemm's route for NVFP4/UFP4 (f16 decode; 1.04-1.09x _ws_kernel, 57-62% of cuBLAS BF16,
-session 14), `launch_packed`; the comment above it says why.
+gemm's route for NVFP4/UFP4 (f16 decode; 1.01-1.09x _ws_kernel in four calls, 57-63% of
+cuBLAS BF16, session 14), `launch_packed`; the comment above it says why.
 
 Gluon kernels compile for a GPU only: no interpreter. gemm.py runs launch_packed (KERNEL
 "ws", the default) or _wgmma_kernel ("wgmma") on an sm_90 GPU where they apply
@@ -500,6 +500,16 @@ def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str
 # that, UE5M3/MXFP4 still slower than at AHEAD 1 (41-50%). Issuing step i's wgmmas before
 # waiting for step i - 1's (a wgmma always in flight) did not help: the MMA side alone
 # 63-76% -> 54-74%, the kernel 0.82-1.0x. So launch_packed routes f16 pairs here.
+# What still holds the MMA side (calls 4-6): at 128 registers the two operand sets do not fit
+# beside the accumulator, so ptxas decodes step i + 1's A into step i's registers after the
+# wgmma wait (SASS: the F2FP/HMUL2 follow WARPGROUP.DEPBAR). Neither fix paid: a half-step
+# pipeline (one 16-register operand in flight while the other is decoded, each word decoded
+# twice) left the MMA side alone no faster (NVFP4 84% -> 83%, UE5M3/MXFP4 69-72% -> 60-63%)
+# and the kernel at 0.85-1.04x; 4 decode warps under a 168-register launch (the sets fit,
+# most of the decode precedes the wait) made the MMA side 5-11% faster but B's decoders
+# slower (NVFP4 alone, two ahead: 105% -> 94%), the kernel 0.85-0.98x. Nsight Compute on the
+# MMA side alone (two ahead): tensor pipe 54% busy, its warps stalled on the wgmma wait 30% of
+# their samples and on A's scale-byte loads 11%.
 
 
 @gluon.jit
@@ -683,9 +693,9 @@ def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tu
 
 
 # gemm's packed route on Hopper (gemm.KERNEL "ws"), by measurement (kernels-h200.md, session
-# 14, calls 1-3; % of cuBLAS BF16 at the five GEMM shapes): f16-decoded operand pairs (E4M3
+# 14, calls 1-5; % of cuBLAS BF16 at the five GEMM shapes): f16-decoded operand pairs (E4M3
 # scales: NVFP4, UFP4) with K a multiple of 128 take _rs_kernel with both sides' code words
-# two steps ahead (1.04-1.09x _ws_kernel); bf16-decoded pairs (UE5M3, UE8M0 scales) and BK-64
+# two steps ahead (1.01-1.09x _ws_kernel); bf16-decoded pairs (UE5M3, UE8M0 scales) and BK-64
 # depths take _ws_kernel, which _rs_kernel two ahead trails there (0.75-0.92x; the UE5M3 pair
 # spills at 128 registers).
 RS_AHEAD = 2
