@@ -219,6 +219,8 @@ def test_the_warp_specialised_config_must_fit_the_register_file():
         gemm_wgmma.launch_rs(None, None, None, 128, 128, 128, {}, (128, 128, 128, 8, 4, 8, 96, 168))
     with pytest.raises(gk.ShapeError, match="multiple of the tile depth"):
         gemm_wgmma.launch_rs(None, None, None, 128, 128, 192, {})
+    with pytest.raises(ValueError, match="one or two steps ahead"):
+        gemm_wgmma.launch_rs(None, None, None, 128, 128, 128, {}, ahead=3)
 
 
 @pytest.mark.parametrize("pair,k,kernel", [(("nvfp4", "nvfp4-2d"), 4096, "rs"), (("ufp4", "ufp4"), 8192, "rs"),

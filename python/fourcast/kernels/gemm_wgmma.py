@@ -689,6 +689,8 @@ def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tu
               parts: int = 3, ahead: int = 1) -> None:
     """C = A . B^T into c with _rs_kernel (as launch_ws): 8 MMA warps, one decode partition;
     ahead: how many steps ahead both sides load their code words (1 or 2)."""
+    if ahead not in (1, 2):
+        raise ValueError(f"code words load one or two steps ahead, not {ahead}")
     _launch_specialised(_rs_kernel, a, b, c, m, n, k, plan, cfg or RS_CONFIG, 8, 1, parts, AHEAD=ahead)
 
 
