@@ -22,8 +22,9 @@ code-byte loads (each 8-byte load unpacked into bytes right after it is issued),
 wgmmas do not run under it (the kernel takes the sum of its parts). With code words
 (session 12) 42-56%; a variant (gemm.KERNEL "wgmma").
 
-_ws_kernel (`launch_ws`) is the warp-specialised form, and gemm's default on Hopper
-(gemm.KERNEL "ws"): two decode partitions (A's rows, B's rows) fill the ring and one MMA
+_ws_kernel (`launch_ws`) is the warp-specialised form, and gemm's route on Hopper
+(gemm.KERNEL "ws") for UE5M3 and UE8M0 scales (`launch_packed`; NVFP4/UFP4 take _rs_kernel,
+below): two decode partitions (A's rows, B's rows) fill the ring and one MMA
 warpgroup consumes it, slots passed through mbarriers. Its decoders load each group's code
 bytes as two 32-bit words and hand them to the PTX routine as they are (loaded as bytes,
 each was unpacked into its own register and packed back right after its load). Measured on
