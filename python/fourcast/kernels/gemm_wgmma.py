@@ -483,34 +483,16 @@ def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str
 # holding the low nibble of byte 4(4t + c) + 2h + e, and the high nibbles likewise. Any order
 # of K serves as long as A and B agree: B's decoders store theirs the same way (CHUNKED).
 #
-# Measured on the H200 (kernels-h200.md, session 13): correct (tests/gpu), and level with
-# _ws_kernel, not ahead: % of cuBLAS BF16 at the five GEMM shapes, rs (RS_CONFIG) / ws in one
-# call (call 10): NVFP4 55.8-60.3 / 57.1-60.5, UFP4 55.7-60.7 / 56.6-59.5, UE5M3 51.4-55.6 /
-# 51.0-54.3, MXFP4 49.3-55.7 / 53.0-56.2 (per shape 0.92-1.05x ws's speed).
-# Nsight Compute's breakdown of the L1/TEX pipeline (call 9) says what both kernels pay: its
-# LSU data-pipe wavefronts, at 82% in _ws_kernel (shared stores of the decoded operands, the
-# wgmmas' shared-memory reads and the code and scale loads), 64% in this one; the rest of
-# _rs_kernel's time is its MMA warps' own decode (its MMA side alone: 70-85%). With A's scale
-# bytes loaded a word at a time (a byte load per word) the pipeline was at 75-83% and the
-# kernel at 40-56%.
-# Session 14 (calls 1-2): with both sides' code words two steps ahead (AHEAD 2) B's decoders
-# alone run at 86-101% (from 67-73%) and the kernel gains where the decode is f16 (NVFP4,
-# UFP4: 57.8-62.4% against _ws_kernel's 53.0-58.8% in the same call), but loses where it is
-# bf16 (UE5M3 37-41%, MXFP4 44-49%: the MMA side, A's decode, slows at AHEAD 2: alone 42-67%
-# against 62-76% at AHEAD 1). A one step ahead and B two (call 2): NVFP4/UFP4 within 3% of
-# that, UE5M3/MXFP4 still slower than at AHEAD 1 (41-50%). Issuing step i's wgmmas before
-# waiting for step i - 1's (a wgmma always in flight) did not help: the MMA side alone
-# 63-76% -> 54-74%, the kernel 0.82-1.0x. So launch_packed routes f16 pairs here.
-# What still holds the MMA side (calls 4-6): at 128 registers the two operand sets do not fit
-# beside the accumulator, so ptxas decodes step i + 1's A into step i's registers after the
-# wgmma wait (SASS: the F2FP/HMUL2 follow WARPGROUP.DEPBAR). Neither fix paid: a half-step
-# pipeline (one 16-register operand in flight while the other is decoded, each word decoded
-# twice) left the MMA side alone no faster (NVFP4 84% -> 83%, UE5M3/MXFP4 69-72% -> 60-63%)
-# and the kernel at 0.85-1.04x; 4 decode warps under a 168-register launch (the sets fit,
-# most of the decode precedes the wait) made the MMA side 5-11% faster but B's decoders
-# slower (NVFP4 alone, two ahead: 105% -> 94%), the kernel 0.85-0.98x. Nsight Compute on the
-# MMA side alone (two ahead): tensor pipe 54% busy, its warps stalled on the wgmma wait 30% of
-# their samples and on A's scale-byte loads 11%.
+# Measured on the H200 (kernels-h200.md, sessions 13 and 14, where the tables are): with code
+# words one step ahead, level with _ws_kernel (0.92-1.05x). Two steps ahead (AHEAD 2) B's
+# decoders alone outrun cuBLAS BF16 and the limit is the MMA warps' own decode of A: for
+# f16-decoded operands (E4M3 scales) the kernel is 1.01-1.09x _ws_kernel, hence gemm's route
+# for them (launch_packed); for bf16-decoded ones A's decode slows at AHEAD 2 (0.75-0.92x).
+# Why A's decode is not hidden: at 128 registers the next step's operand set does not fit
+# beside the accumulator and the current set, so ptxas decodes into the current set's
+# registers after the wgmma wait. Tried and dropped (session 14): A and B ahead by different
+# steps, a wgmma kept in flight across steps, a half-step pipeline, 4 decode warps under a
+# 168-register launch (0.82-1.04x the kernel without them).
 
 
 @gluon.jit
@@ -660,7 +642,8 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     """_ws_kernel with A from registers: one decode partition (PRODUCER_WARPS warps) fills a
     ring of B only, in the chunked K order; the default partition (num_warps = 8: two MMA
     warpgroups) decodes A itself. PARTS as _ws_kernel's (1: B's decoders only, 2: the MMA
-    warpgroups only, A's decode included)."""
+    warpgroups only, A's decode included); AHEAD: how many steps ahead both sides load their
+    code words."""
     BKH: gl.constexpr = BK // 2
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, INSTR_N, 16])
