@@ -3,7 +3,9 @@ eager run's losses and gradient norms bit for bit, through tensor-scale refresh 
 (their own graph), RHT recipes (fixed and per-layer signs), profiled steps (eager in
 between replays) and a resume; and the graphs were captured and replayed."""
 
+import gc
 import json
+import weakref
 
 import pytest
 import torch
@@ -84,3 +86,40 @@ def test_capturable_optimizer_after_loading_a_host_step_checkpoint():
     graphs.set_lr(opt, 5e-4)
     opt.step()
     assert opt.param_groups[0]["lr"].item() == torch.tensor(5e-4).item()  # an f32 tensor
+
+
+def test_capture_collects_dead_graphs_first_and_holds_the_collector_off():
+    """Destroying a dead CUDA graph inside a capture ends the capture (session 16's probe:
+    "operation failed due to a previous error during capture", the GPU tier's intermittent
+    failure). StepGraphs collects such garbage before it captures and keeps the collector
+    off while it does; the replays then run the step."""
+
+    class Holder:
+        pass
+
+    events = []
+    x = torch.ones(1 << 12, device="cuda")
+    p = torch.nn.Parameter(torch.zeros(8, device="cuda"))
+    opt = torch.optim.SGD([p], lr=0.1)  # each step multiplies p + 1 by 0.8
+
+    def body(a, b):
+        if torch.cuda.is_current_stream_capturing():
+            events.append(("capturing", gc.isenabled()))
+        loss = (p * a[:8] + b[:8]).square().sum()
+        loss.backward()
+        opt.step()
+        return loss.detach(), p.grad.norm()
+
+    stepper = graphs.StepGraphs(body, opt, x, x)
+    losses = [stepper.step((), x, x)[0].item() for _ in range(graphs.WARMUP)]
+    dead = Holder()
+    dead.me = dead
+    dead.graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(dead.graph, stream=torch.cuda.Stream()):
+        dead.out = x * 3
+    weakref.finalize(dead, events.append, ("collected",))
+    del dead
+    losses += [stepper.step((), x, x)[0].item() for _ in range(3)]
+    assert events == [("collected",), ("capturing", False)] and gc.isenabled()
+    assert stepper.captured == 1 and stepper.replayed == 3
+    assert losses == pytest.approx([8 * 0.64**i for i in range(len(losses))], rel=1e-5)

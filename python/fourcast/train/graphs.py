@@ -24,6 +24,7 @@ come to the host), RHT signs drawn per step (made on the host).
 
 from __future__ import annotations
 
+import gc
 from typing import Callable
 
 import torch
@@ -144,8 +145,25 @@ class StepGraphs:
         # (a replay writes them) instead of accumulating into eager ones.
         self.opt.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
-            out = self.body(self.x, self.y)
+        # No garbage collection while capturing: destroying a dead CUDA graph (an earlier
+        # run's, left in a reference cycle) ends the capture, which then fails at a later
+        # launch with "operation failed due to a previous error during capture" (seen in
+        # the GPU tier; kernels-h200.md, session 16). torch stopped collecting before a
+        # capture (force_cudagraph_gc); collect here, then hold the collector off.
+        collecting = gc.isenabled()
+        gc.collect()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+                out = self.body(self.x, self.y)
+        finally:
+            if collecting:
+                gc.enable()
         self.pool = graph.pool()
         self.captured += 1
         return graph, out
+
+    def close(self) -> None:
+        """Drop the captured graphs now, at a safe point (the counts stay for the report)."""
+        self.graphs.clear()
+        self.pool = None

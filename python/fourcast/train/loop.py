@@ -296,9 +296,15 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
     params = list(model.parameters())
     n_params = sum(p.numel() for p in params)
 
+    stepper = None  # graphs.StepGraphs when the steps are captured
+    why_eager = graphs.unsupported(device, world, cfg.model.n_experts, model) if t.cuda_graph else "cuda_graph is off"
+
     def body(x, y):
-        """One step's work on the device: forward, backward, clipping, AdamW."""
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast, cache_enabled=stepper is None):
+        """One step's work on the device: forward, backward, clipping, AdamW. It reads
+        why_eager, not stepper: a closure over stepper, which holds it, would make a cycle
+        that keeps the run's CUDA graphs alive until a garbage collection, which can fall
+        inside a later capture (StepGraphs._capture)."""
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast, cache_enabled=why_eager is not None):
             _, loss = net(x, y)
         loss.backward()
         if t.grad_clip > 0:
@@ -309,8 +315,6 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
             opt.step()
         return loss.detach(), grad_norm
 
-    stepper = None  # graphs.StepGraphs when the steps are captured
-    why_eager = graphs.unsupported(device, world, cfg.model.n_experts, model) if t.cuda_graph else "cuda_graph is off"
     if why_eager is None:
         fcnn.StepSeeds(model, device)
     elif t.cuda_graph and device.type == "cuda":
@@ -396,6 +400,8 @@ def _train(cfg, t, run_dir, recipe, rank, world, local_rank, resume, on_step, lo
                 on_step(done, record)
     finally:
         fcnn.set_tracer(None)
+        if stepper is not None:
+            stepper.close()
         if bar:
             bar.close()
         if metrics:
