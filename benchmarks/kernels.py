@@ -780,6 +780,27 @@ def gemm_ws_parts():
 WS_CFGS = ((128, 128, 128, 8, 3, 8, 80, 96),)
 
 
+def time_gemm_run(name, label, fn, c, ref_c, shape, bf, **fields) -> None:
+    """Time one labelled packed-GEMM run into RES[name]: fn writes c (NaN-poisoned first) or
+    returns C; checked against the dequant route's ref_c, % of cuBLAS BF16 where measured."""
+    m, n, k = shape
+    key = f"{m}x{n}x{k}"
+    try:
+        c.fill_(float("nan"))
+        out = fn()
+        got = out if isinstance(out, torch.Tensor) else c
+        diff = float((got.float() - ref_c).abs().max() / ref_c.abs().max())
+        t = ms(fn)
+    except Exception as exc:
+        RES["errors"].append(f"{name} {fields} {key} {label}: {exc!r}")
+        return
+    tf = 2 * m * n * k / t / 1e9
+    row = dict(fields, shape=key, kernel=label, ms=t, tflops=tf,
+               vs_cublas_bf16=tf / bf[key]["tflops"] if key in bf else None, max_rel_diff=diff)
+    RES.setdefault(name, []).append(row)
+    log(row)
+
+
 @section("gemm_ws: the warp-specialised packed GEMM")
 def gemm_ws():
     """gemm_wgmma's warp-specialised kernel (_ws_kernel, gemm's default on Hopper: decode
@@ -794,7 +815,6 @@ def gemm_ws():
     bf = RES["ceilings"].get("bf16", {})
     for fname, decode in (("nvfp4", None), ("nvfp4", "lut"), ("ue5m3", None), ("mxfp4", None)):
         for (m, n, k) in GEMM_SHAPES:
-            key = f"{m}x{n}x{k}"
             pa = qk.quantize(rand((m, k)), F[fname])
             pb = qk.quantize(rand((n, k)), F[fname])
             ref_c = gk.gemm(pa, pb, impl="dequant").float()
@@ -815,19 +835,7 @@ def gemm_ws():
             for label, fn in runs:
                 if left() < 20 or (label == "split" and decode):
                     continue
-                try:
-                    out = fn()
-                    out = c if out is None else out
-                    diff = float((out.float() - ref_c).abs().max() / ref_c.abs().max())
-                    t = ms(fn)
-                except Exception as exc:
-                    RES["errors"].append(f"gemm_ws {fname} {decode} {key} {label}: {exc!r}")
-                    continue
-                tf = 2 * m * n * k / t / 1e9
-                row = dict(fmt=fname, decode=decode or gk.DECODE, shape=key, kernel=label, ms=t, tflops=tf,
-                           vs_cublas_bf16=tf / bf[key]["tflops"] if key in bf else None, max_rel_diff=diff)
-                RES.setdefault("gemm_ws", []).append(row)
-                log(row)
+                time_gemm_run("gemm_ws", label, fn, c, ref_c, (m, n, k), bf, fmt=fname, decode=decode or gk.DECODE)
             save()
 
 
@@ -851,7 +859,6 @@ def gemm_rs():
     bf = RES["ceilings"].get("bf16", {})
     for fname in ("nvfp4", "ue5m3", "mxfp4", "ufp4"):
         for (m, n, k) in GEMM_SHAPES:
-            key = f"{m}x{n}x{k}"
             pa = qk.quantize(rand((m, k)), F[fname])
             pb = qk.quantize(rand((n, k)), F[fname])
             ref_c = gk.gemm(pa, pb, impl="dequant").float()
@@ -867,20 +874,43 @@ def gemm_rs():
             for label, fn in runs:
                 if left() < 20:
                     continue
-                try:
-                    c.fill_(float("nan"))
-                    fn()
-                    diff = float((c.float() - ref_c).abs().max() / ref_c.abs().max())
-                    t = ms(fn)
-                except Exception as exc:
-                    RES["errors"].append(f"gemm_rs {fname} {key} {label}: {exc!r}")
-                    continue
-                tf = 2 * m * n * k / t / 1e9
-                row = dict(fmt=fname, shape=key, kernel=label, ms=t, tflops=tf,
-                           vs_cublas_bf16=tf / bf[key]["tflops"] if key in bf else None, max_rel_diff=diff)
-                RES.setdefault("gemm_rs", []).append(row)
-                log(row)
+                time_gemm_run("gemm_rs", label, fn, c, ref_c, (m, n, k), bf, fmt=fname)
             save()
+
+@section("gemm_ue5m3_f16: UE5M3 operands decoded to f16 at an offset")
+def gemm_ue5m3_f16():
+    """UE5M3 pairs decoded to bf16 (gk.UE5M3_F16 off: the route before session 16, _ws_kernel)
+    against f16 at 2^-UE5M3_EXP (the f16 MMA, which lets them take _rs_kernel), each kernel
+    on both plans where it applies, checked against the dequant route; NVFP4's route in the
+    same call for reference."""
+    if SMOKE:
+        return  # Gluon: a GPU only
+    from fourcast.kernels import gemm_wgmma as gw
+
+    bf = RES["ceilings"].get("bf16", {})
+    for fa, fb in (("ue5m3", "ue5m3-2d"), ("ue5m3", "ue5m3"), ("nvfp4", "nvfp4-2d")):
+        for (m, n, k) in GEMM_SHAPES:
+            pa = qk.quantize(rand((m, k)), F[fa])
+            pb = qk.quantize(rand((n, k)), F[fb])
+            ref_c = gk.gemm(pa, pb, impl="dequant").float()
+            plans = {"f16": gk.split_plan(pa.spec, pb.spec)}
+            if fa.startswith("ue5m3"):
+                gk.UE5M3_F16 = False
+                try:
+                    plans["bf16"] = gk.split_plan(pa.spec, pb.spec)
+                finally:
+                    gk.UE5M3_F16 = True
+            c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
+            runs = [(f"{d} ws", lambda p=p: gw.launch_ws(pa, pb, c, m, n, k, p)) for d, p in plans.items()]
+            runs += [(f"{d} rs ahead {a}", lambda p=p, a=a: gw.launch_rs(pa, pb, c, m, n, k, p, ahead=a))
+                     for d, p in plans.items() for a in (1, 2) if p["DOT_F16"]]
+            runs += [("route", lambda: gk.gemm(pa, pb, torch.bfloat16, impl="triton"))]
+            for label, fn in runs:
+                if left() < 20:
+                    continue
+                time_gemm_run("gemm_ue5m3_f16", label, fn, c, ref_c, (m, n, k), bf, fmt=f"{fa} x {fb}")
+            save()
+
 
 GEMM_IMPL_LABEL = {"triton": "triton", "dequant": "dequant+cuBLAS", "fp8": "E4M3+cuBLAS FP8"}
 
@@ -1184,8 +1214,8 @@ def main():
              strip_gather, gemm_epilogue,
              decode_layout,
              layer_profiles, peers,
-             gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, qlinear_graphed,
-             qlinear_bench, qlinear_host, linear_bench,
+             gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
+             qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]
     only = [o for o in ARGS.only.split(",") if o]
     for s in steps:

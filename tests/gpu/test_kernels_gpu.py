@@ -238,7 +238,7 @@ def test_gemm_triton_route_is_launch_packed(pair, monkeypatch):
         gemm_wgmma.launch_packed(a, b, c, m, n, k, plan)
         ran.clear()
         assert torch.equal(gk.gemm(a, b, torch.bfloat16, impl="triton"), c), (pair, (m, n, k))
-        assert ran == ["launch_" + gemm_wgmma.packed_kernel(plan, k)], (pair, k, ran)
+        assert ran == ["launch_" + gemm_wgmma.packed_kernel(plan, k, (a.spec.scale, b.spec.scale))], (pair, k, ran)
         assert _within_bound(c, a, b, torch.bfloat16), (pair, (m, n, k))
 
 
@@ -262,6 +262,42 @@ def test_gemm_rs_within_bound(pair, cfg, ahead):
             c = torch.full((m, n), float("nan"), dtype=out, device=DEV)
             gemm_wgmma.launch_rs(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg, ahead=ahead)
             assert _within_bound(c, a, b, out), (pair, cfg, ahead, (m, n, k), out)
+
+@pytest.mark.parametrize("kernel", ["split", "ws", "rs"])
+def test_ue5m3_in_f16_at_the_ends_of_its_scale_range(kernel, monkeypatch):
+    """UE5M3 operands take the f16 MMA at 2^-UE5M3_EXP (gk.split_plan): rows 2^0 .. 2^-36
+    apart give block scales down to UE5M3's subnormals (f16 subnormal operands), and the
+    first rows' scale bytes are set to the largest exponent's (over f16's range without the
+    offset); in every kernel that decodes them: within the bound, NaN-poisoned output fully
+    written."""
+    if kernel != "split" and torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
+    from fourcast.kernels import gemm_wgmma
+
+    m, n, k = 296, 160, 1024
+    rows = lambda r, seed: testing.make_input("random", (r, k), torch.float32, DEV, seed=seed) * (  # noqa: E731
+        2.0 ** -(torch.arange(r, device=DEV) % 37).float())[:, None]
+    a = ref.quantize(rows(m, 3), F["ue5m3"])
+    b = ref.quantize(rows(n, 4), F["ue5m3-2d"])
+    # The TE rule keeps scales <= 448; bytes from elsewhere reach 2^16 * 1.75 (byte 254)
+    a.scales[:8] = torch.arange(248, 255, device=DEV, dtype=torch.uint8).repeat(a.scales[:8].numel() // 7 + 1)[
+        :a.scales[:8].numel()].view(a.scales[:8].shape)
+    b.scales[:1] = 254
+    sb = torch.cat([a.scales.flatten(), b.scales.flatten()])
+    assert (sb < 16).any() and (sb >= 248).any() and (sb < 255).all()  # both ends of the range, no NaN
+    plan = gk.split_plan(a.spec, b.spec)
+    assert plan["DOT_F16"] and plan["EPI_EXP"] == 2 * gk.UE5M3_EXP
+    for out in (torch.bfloat16, torch.float32):
+        c = torch.full((m, n), float("nan"), dtype=out, device=DEV)
+        if kernel == "split":
+            monkeypatch.setattr(gk, "CONFIG_OVERRIDE", {"kernel": "split", "decode": "lut"})
+            c = gk.gemm(a, b, out, impl="triton")
+        elif kernel == "ws":
+            gemm_wgmma.launch_ws(a, b, c, m, n, k, plan)
+        else:
+            gemm_wgmma.launch_rs(a, b, c, m, n, k, plan, ahead=2)
+        assert _within_bound(c, a, b, out), (kernel, out)
+
 
 def _mx_with_wide_row(m, k, seed):
     x = testing.make_input("heavy", (m, k), torch.float32, DEV, seed=seed)

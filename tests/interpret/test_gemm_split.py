@@ -9,6 +9,8 @@ import re
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from fourcast.kernels import gemm as gk
 from fourcast.kernels import reference as ref
@@ -52,6 +54,39 @@ def test_split_plan_picks_f16_only_for_e4m3_scaled_4bit_pairs():
     p = gk.split_plan(spec("mxfp4"), spec("mxfp4"), "cvt")  # UE8M0 needs bf16's range: LUT, not CVT
     assert not p["DOT_F16"] and (p["A_DEC"], p["B_DEC"]) == (1, 1)
     assert gk.split_plan(spec("nvfp4"), spec("fp8"), "lut")["B_DEC"] == 0
+
+
+def test_split_plan_decodes_ue5m3_in_f16_at_an_offset(monkeypatch):
+    """UE5M3 operands take the f16 MMA by the table (never CVT), their values at
+    2^-UE5M3_EXP, which the epilogue multiplies back; with UE5M3_F16 off, bf16 as before."""
+    spec = lambda n: ref.parse_fmt(F[n])  # noqa: E731
+    p = gk.split_plan(spec("ue5m3"), spec("nvfp4"), "cvt")
+    assert p["DOT_F16"] and (p["A_DEC"], p["B_DEC"]) == (1, 2) and p["EPI_EXP"] == gk.UE5M3_EXP + gk.CVT_EXP
+    assert p["A_ASM"] == gk.decode_asm("e2m1", 1, True, 3) != gk.decode_asm("e2m1", 1, True)
+    p = gk.split_plan(spec("ue5m3-2d"), spec("ue5m3"), "lut")
+    assert p["DOT_F16"] and (p["A_DEC"], p["B_DEC"]) == (1, 1) and p["EPI_EXP"] == 2 * gk.UE5M3_EXP
+    monkeypatch.setattr(gk, "UE5M3_F16", False)
+    p = gk.split_plan(spec("ue5m3"), spec("ue5m3-2d"), "cvt")
+    assert not p["DOT_F16"] and p["EPI_EXP"] == 0
+
+
+@triton.jit
+def _ue5m3_f16_kernel(SB, OUT):
+    i = tl.arange(0, 256)
+    tl.store(OUT + i, gk._scale_values(tl.load(SB + i), 3, 0, 0, 255, False, True))
+
+
+def test_ue5m3_scale_bytes_to_f16_at_half():
+    """Every UE5M3 byte -> f16 of its value * 2^-1, bit for bit (subnormal f16 below
+    2^-14; the largest, 114688, at 57344), and NaN for the NaN byte: the f16 route's scale
+    conversion (gemm._scale_values; gemm_wgmma's has the same expression)."""
+    sb = torch.arange(256, dtype=torch.uint8)
+    out = torch.empty(256, dtype=torch.float16)
+    _ue5m3_f16_kernel[(1,)](sb, out)
+    want = ref.decode_scale(sb, "ue5m3").double() * 0.5
+    assert torch.isnan(out[255]) and not torch.isnan(out[:255]).any()
+    assert torch.equal(out[:255].view(torch.int16), want[:255].to(torch.float16).view(torch.int16))
+    assert torch.equal(out[:255].double(), want[:255])  # exact: no rounding on the way to f16
 
 
 @pytest.mark.parametrize("kernel", ["split", "v1"])
@@ -157,24 +192,27 @@ def _same(got: int, want: float, dtype) -> bool:
     return (g != g and want != want) or got == _bits(want, dtype)
 
 
-ROUTINES = [("e2m1", 1, True), ("e1m2", 1, True), ("int4-sm", 1, True), ("e2m1", 2, True), ("e1m2", 2, True),
-            ("e2m1", 1, False), ("e1m2", 1, False), ("int4-sm", 1, False)]
+ROUTINES = [("e2m1", 1, True, 0), ("e1m2", 1, True, 0), ("int4-sm", 1, True, 0), ("e2m1", 2, True, 0),
+            ("e1m2", 2, True, 0), ("e2m1", 1, False, 0), ("e1m2", 1, False, 0), ("int4-sm", 1, False, 0),
+            ("e2m1", 1, True, 3), ("e1m2", 1, True, 3), ("int4-sm", 1, True, 3)]  # shift 3: UE5M3 in f16
 
 
-@pytest.mark.parametrize("element,dec,f16", ROUTINES)
-def test_decode_routine_bit_exact(element, dec, f16):
-    """decode_asm(element, dec, f16) on all 256 code bytes in each of the 4 byte slots,
-    with scales at the ends of their ranges, NaN included: value(code) * scale (times
-    2^-6 for CVT) rounded once to f16 / bf16 (exact but for bf16 overflow past 2^128),
-    the sign of zero included."""
+@pytest.mark.parametrize("element,dec,f16,shift", ROUTINES)
+def test_decode_routine_bit_exact(element, dec, f16, shift):
+    """decode_asm(element, dec, f16, shift) on all 256 code bytes in each of the 4 byte
+    slots, with scales at the ends of their ranges, NaN included: value(code) * 2^-shift *
+    scale (times 2^-6 for CVT) rounded once to f16 / bf16 (exact but for bf16 overflow past
+    2^128), the sign of zero included."""
     dt = torch.float16 if f16 else torch.bfloat16
-    asm = gk.decode_asm(element, dec, f16)
+    asm = gk.decode_asm(element, dec, f16, shift)
     vals = ref.grid_values(GRIDS[element]).tolist()
-    if f16:  # E4M3 scales
+    if f16 and shift:  # UE5M3 scales at 2^-1 (UE5M3_EXP = shift + 1): smallest subnormal to largest
+        scales = [2.0**-18, 2.0**-15, 1.875 * 2.0**-15, 0.8125, 1.0, 57344.0, float("nan")]
+    elif f16:  # E4M3 scales
         scales = [2.0**-9, 0.8125, 1.0, 448.0, float("nan")]
     else:  # UE8M0 / UE5M3 range
         scales = [2.0**-127, 2.0**-17, 1.75, 114688.0, 2.0**127, float("nan")]
-    factor = 2.0**-6 if dec == 2 else 1.0
+    factor = (2.0**-6 if dec == 2 else 1.0) * 2.0**-shift
     for s in scales:
         sb = _bits(s, dt)
         for byte in range(256):

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 
 import pytest
 import torch
@@ -136,7 +137,8 @@ def test_warp_specialised_kernel_compiles_with_async_wgmma_and_no_spills(pair, c
 
 
 @pytest.mark.parametrize("pair,variant", [(("nvfp4", "nvfp4-2d"), "rs"), (("ue5m3", "ue5m3"), "rs"),
-                                          (("nvfp4", "nvfp4-2d"), "rs2"), (("ufp4", "ufp4"), "rs2")])
+                                          (("nvfp4", "nvfp4-2d"), "rs2"), (("ufp4", "ufp4"), "rs2"),
+                                          (("ue5m3", "ue5m3-2d"), "rs2")])
 def test_register_sourced_kernel_takes_a_from_registers(pair, variant):
     """_rs_kernel: every wgmma takes A from registers (four 32-bit registers a k16 slice)
     and the ring holds B alone (lo + hi, 16-bit, per slot, plus the mbarriers); nothing
@@ -145,7 +147,7 @@ def test_register_sourced_kernel_takes_a_from_registers(pair, variant):
     a thread: two rows' 16-byte code runs and their scale bytes once a run (loaded once a
     word, the scales took 8 more loads and held the L1/TEX pipeline at 79%: kernels-h200.md
     session 13). rs2: the same with code words loaded two steps ahead (gemm's route for
-    NVFP4/UFP4), still one step's loads an iteration."""
+    NVFP4/UFP4/UE5M3), still one step's loads an iteration."""
     cfg = gemm_wgmma.RS_CONFIG
     k = _compiled(pair, cfg, variant)
     assert k["wgmma"] and k["hgmma"] > 0
@@ -228,13 +230,15 @@ def test_the_warp_specialised_config_must_fit_the_register_file():
                                            (("mxfp4", "mxfp4"), 4096, "ws")])
 def test_packed_route_takes_the_faster_kernel(pair, k, kernel, monkeypatch):
     """launch_packed (gemm's Hopper route): _rs_kernel two steps ahead for f16-decoded pairs
-    (E4M3 scales) with K in whole 128-deep steps, _ws_kernel for the rest and whenever a
-    _ws_kernel config is given (kernels-h200.md, session 14)."""
+    with E4M3 scales and K in whole 128-deep steps, _ws_kernel for the rest (UE5M3 pairs,
+    f16 too, among them) and whenever a _ws_kernel config is given (kernels-h200.md,
+    sessions 14 and 16)."""
     ran = []
     monkeypatch.setattr(gemm_wgmma, "launch_rs", lambda *a, **kw: ran.append(("rs", kw.get("ahead"))))
     monkeypatch.setattr(gemm_wgmma, "launch_ws", lambda *a, **kw: ran.append(("ws", a[7])))
     plan = gk.split_plan(parse_fmt(F[pair[0]]), parse_fmt(F[pair[1]]))
-    assert gemm_wgmma.packed_kernel(plan, k) == kernel
-    gemm_wgmma.launch_packed(None, None, None, 128, 128, k, plan)
-    gemm_wgmma.launch_packed(None, None, None, 128, 128, k, plan, gemm_wgmma.WS_CONFIG)
+    a = b = types.SimpleNamespace(spec=parse_fmt(F[pair[0]]))  # launch_packed reads the scale formats
+    assert gemm_wgmma.packed_kernel(plan, k, (a.spec.scale, b.spec.scale)) == kernel
+    gemm_wgmma.launch_packed(a, b, None, 128, 128, k, plan)
+    gemm_wgmma.launch_packed(a, b, None, 128, 128, k, plan, gemm_wgmma.WS_CONFIG)
     assert ran == [("rs", gemm_wgmma.RS_AHEAD) if kernel == "rs" else ("ws", None), ("ws", gemm_wgmma.WS_CONFIG)]

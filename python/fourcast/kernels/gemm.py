@@ -204,9 +204,15 @@ def _gemm_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # more conversions: GEMM_VARIANTS has a GPU run time both). The routines are exactly
 # elementwise (each output element from its own byte and its own scale), so whatever
 # register layout Triton picks for the tiles, A and B stay consistent. The MMA is f16
-# when both operands are 4-bit sign-magnitude grids with E4M3 scales (|value * scale| <=
-# 7 * 448 with its last bit >= 2^-11: exact in f16, and E4M3 converts to f16 in
-# hardware), bf16 otherwise (UE8M0 and UE5M3 scales need bf16's exponent range).
+# when both operands are 4-bit sign-magnitude grids with E4M3 or UE5M3 scales, bf16
+# otherwise (UE8M0 scales need bf16's exponent range). E4M3: |value * scale| <= 7 * 448
+# with its last bit >= 2^-11, exact in f16, and E4M3 converts to f16 in hardware. UE5M3
+# (up to 114688, last bit 2^-17) overflows f16 as it is, so its operand is decoded as
+# value * scale * 2^-UE5M3_EXP: the table holds value * 2^-3 and the scale is taken at
+# 2^-1 (bits from the byte in two integer operations), |product| <= 7 * 2^-3 * 57344 =
+# 50176 with its last bit >= 2^-2 * 2^-3 * 2^-18 = 2^-23: exact (f16 subnormals reach
+# 2^-24), and the epilogue multiplies 2^UE5M3_EXP back. The CVT decode (value * 2^-6)
+# would leave bits under 2^-24: UE5M3 operands take the table.
 # benchmarks/gemm_sass.py counts what each variant costs in SASS;
 # tests/interpret/test_gemm_split.py checks the PTX routines bit for bit on the CPU.
 
@@ -287,11 +293,14 @@ mul.rn.f16x2 $3, h23, $6;
 }}"""
 _CVT_SHIFTS = {"e2m1": dict(LS=2, LF=2, HS=2, HM="0x1C1C1C1C"), "e1m2": dict(LS=3, LF=1, HS=3, HM="0x0E0E0E0E")}
 CVT_EXP = 6  # the CVT decode leaves value * 2^-6
+UE5M3_EXP = 4  # an f16-decoded UE5M3 operand is value * 2^-3 times scale * 2^-1 (see above)
+UE5M3_F16 = True  # False: UE5M3 operands decode to bf16 (as before session 16; benchmarks compare)
 
 
-def _magnitude_bits(element: str, dtype: torch.dtype) -> list[int]:
-    """16-bit patterns of value(code) for the 8 magnitude codes of a sign-magnitude grid."""
-    v = grid_values(GRIDS[element])[:8]
+def _magnitude_bits(element: str, dtype: torch.dtype, shift: int = 0) -> list[int]:
+    """16-bit patterns of value(code) * 2^-shift for the 8 magnitude codes of a
+    sign-magnitude grid."""
+    v = grid_values(GRIDS[element])[:8] * 2.0**-shift
     h = v.to(dtype)
     assert torch.equal(h.float(), v), f"{element} is not exact in {dtype}"
     return [int(x) & 0xFFFF for x in h.view(torch.int16)]
@@ -303,11 +312,13 @@ def _words(vals: list[int], shift: int) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def decode_asm(element: str, dec: int, f16: bool) -> str:
-    """The PTX routine of decode `dec` (1 LUT, 2 CVT) for a 4-bit grid, f16 or bf16 values."""
+def decode_asm(element: str, dec: int, f16: bool, shift: int = 0) -> str:
+    """The PTX routine of decode `dec` (1 LUT, 2 CVT) for a 4-bit grid, f16 or bf16 values;
+    shift: the LUT's values are value * 2^-shift (3 for UE5M3 operands in f16)."""
     if dec == 2:
+        assert shift == 0, "the CVT decode has a fixed exponent (CVT_EXP)"
         return _CVT_F16_ASM.format(**_CVT_SHIFTS[element])
-    bits = _magnitude_bits(element, torch.float16 if f16 else torch.bfloat16)
+    bits = _magnitude_bits(element, torch.float16 if f16 else torch.bfloat16, shift)
     h0, h1 = _words(bits, 8)
     if f16:
         assert all(b & 0xFF == 0 for b in bits)
@@ -323,7 +334,7 @@ def _lut_ok(spec) -> bool:
 
 
 def _f16_ok(spec) -> bool:
-    return _lut_ok(spec) and spec.scale == "e4m3"
+    return _lut_ok(spec) and (spec.scale == "e4m3" or (spec.scale == "ue5m3" and UE5M3_F16))
 
 
 def split_plan(a_spec, b_spec, decode: str | None = None) -> dict:
@@ -336,13 +347,14 @@ def split_plan(a_spec, b_spec, decode: str | None = None) -> dict:
     for pre, spec in (("A_", a_spec), ("B_", b_spec)):
         if decode == "generic" or not _lut_ok(spec):
             dec = 0
-        elif f16 and decode == "cvt" and spec.element in _CVT_SHIFTS:
+        elif f16 and decode == "cvt" and spec.element in _CVT_SHIFTS and spec.scale == "e4m3":
             dec = 2
         else:
             dec = 1
+        offset = f16 and dec == 1 and spec.scale == "ue5m3"
         plan[pre + "DEC"] = dec
-        plan[pre + "ASM"] = decode_asm(spec.element, dec, f16) if dec else ""
-        epi += CVT_EXP if dec == 2 else 0
+        plan[pre + "ASM"] = decode_asm(spec.element, dec, f16, 3 if offset else 0) if dec else ""
+        epi += CVT_EXP if dec == 2 else UE5M3_EXP if offset else 0
     plan["EPI_EXP"] = epi
     return plan
 
@@ -370,11 +382,15 @@ def _scale_values(sb, SCALE: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.con
                   GENERIC: tl.constexpr, DOT_F16: tl.constexpr):
     """Block scale values: f32 for the generic decode (the reference's decode_scale: E4M3
     read with its sign bit), else exact in the MMA's 16-bit type from the bits: E4M3 -> f16
-    by the hardware conversion; for bf16, UE8M0 2^(b - 127) is b << 7 (byte 0 the subnormal
-    2^-127), E4M3 and UE5M3 line up with bf16 at 2^-120 and 2^-112."""
+    by the hardware conversion, UE5M3 -> f16 at 2^-1 (UE5M3_EXP); for bf16, UE8M0
+    2^(b - 127) is b << 7 (byte 0 the subnormal 2^-127), E4M3 and UE5M3 line up with bf16
+    at 2^-120 and 2^-112."""
     b = sb.to(tl.int32)
     if GENERIC:
         return _scale_f32(b, SCALE, S_EMIN, S_MBITS, NANB)
+    elif DOT_F16 and SCALE == 3:  # UE5M3 at 2^-1: exponent field e - 1, subnormal for e < 2
+        bits = tl.where(b < 16, b << 6, tl.where(b == 255, 0x7E00, (b << 7) - 1024))
+        return bits.to(tl.uint16).to(tl.float16, bitcast=True)
     elif DOT_F16:
         return sb.to(tl.float8e4nv, bitcast=True).to(tl.float16)
     elif SCALE == 1:
@@ -398,7 +414,7 @@ def _split_operand(CODES, sb, row, k0, K, EMIN: tl.constexpr, MBITS: tl.constexp
     """(even, odd) [BR, BK/2] tiles of the K-step at k0 (elements k0 + 2j and k0 + 2j + 1)
     without the tensor scale, given the step's scale bytes `sb`, for in-bounds rows. f32
     under the interpreter (F32, whose bf16 tl.dot is wrong): the same values, CVT's 2^-6
-    included."""
+    and UE5M3's 2^-4 in f16 included."""
     NB: tl.constexpr = BK // (16 if TILE2D else B)
     generic: tl.constexpr = F32 or DEC == 0
     if SCALE != 0:
@@ -425,6 +441,9 @@ def _split_operand(CODES, sb, row, k0, K, EMIN: tl.constexpr, MBITS: tl.constexp
         if DEC == 2:
             lo = lo * 2.0**-6
             hi = hi * 2.0**-6
+        elif DOT_F16 and SCALE == 3:  # the f16 table decode of UE5M3 operands: value * 2^-UE5M3_EXP
+            lo = lo * 2.0**-4
+            hi = hi * 2.0**-4
         if not F32:
             lo = lo.to(tl.float16 if DOT_F16 else tl.bfloat16)
             hi = hi.to(tl.float16 if DOT_F16 else tl.bfloat16)

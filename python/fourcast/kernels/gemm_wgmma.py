@@ -87,10 +87,14 @@ def _tile_ids(M, N, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
 @gluon.jit
 def _scale_values(sb, SCALE: gl.constexpr, DOT_F16: gl.constexpr):
     """Scale bytes -> their values in the MMA's 16-bit type, from the bits (gemm._scale_values'
-    non-generic branches): E4M3 -> f16 in hardware; for bf16, UE8M0 2^(b - 127) is b << 7
-    (byte 0 the subnormal 2^-127), E4M3 and UE5M3 line up with bf16 at 2^-120 and 2^-112."""
+    non-generic branches): E4M3 -> f16 in hardware, UE5M3 -> f16 at 2^-1 (gemm.UE5M3_EXP);
+    for bf16, UE8M0 2^(b - 127) is b << 7 (byte 0 the subnormal 2^-127), E4M3 and UE5M3
+    line up with bf16 at 2^-120 and 2^-112."""
     b = sb.to(gl.int32)
-    if DOT_F16:
+    if DOT_F16 and SCALE == 3:
+        bits = gl.where(b < 16, b << 6, gl.where(b == 255, 0x7E00, (b << 7) - 1024))
+        return bits.to(gl.uint16).to(gl.float16, bitcast=True)
+    elif DOT_F16:
         return sb.to(gl.float8e4nv, bitcast=True).to(gl.float16)
     elif SCALE == 1:
         bits = gl.where(b == 0, 0x40, gl.where(b == 255, 0x7FC0, b << 7))
@@ -678,24 +682,27 @@ def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tu
     _launch_specialised(_rs_kernel, a, b, c, m, n, k, plan, cfg or RS_CONFIG, 8, 1, parts, AHEAD=ahead)
 
 
-# gemm's packed route on Hopper (gemm.KERNEL "ws"), by measurement (kernels-h200.md, session
-# 14, calls 1-5; % of cuBLAS BF16 at the five GEMM shapes): f16-decoded operand pairs (E4M3
-# scales: NVFP4, UFP4) with K a multiple of 128 take _rs_kernel with both sides' code words
-# two steps ahead (1.01-1.09x _ws_kernel); bf16-decoded pairs (UE5M3, UE8M0 scales) and BK-64
-# depths take _ws_kernel, which _rs_kernel two ahead trails there (0.75-0.92x; the UE5M3 pair
-# spills at 128 registers).
+# gemm's packed route on Hopper (gemm.KERNEL "ws"), by measurement (kernels-h200.md, sessions
+# 14 and 16; % of cuBLAS BF16 at the five GEMM shapes): f16-decoded pairs with E4M3 scales
+# (NVFP4, UFP4) and K a multiple of 128 take _rs_kernel with both sides' code words two steps
+# ahead (1.01-1.09x _ws_kernel in session 14, 0.99-1.01x in session 16's call 4); the rest
+# take _ws_kernel: bf16-decoded pairs (UE8M0 scales; _rs_kernel trails there, 0.75-0.92x),
+# BK-64 depths, and UE5M3 pairs, f16-decoded since session 16 (f16 _ws_kernel 50.4-58.9%,
+# _rs_kernel 48.3-57.7%: A's UE5M3 scales take integer operations in the MMA warps where
+# E4M3's take one conversion).
 RS_AHEAD = 2
 
 
-def packed_kernel(plan: dict, k: int) -> str:
-    """"rs" or "ws": which kernel launch_packed runs for operands with this split_plan."""
-    return "rs" if plan["DOT_F16"] and k % RS_CONFIG[2] == 0 else "ws"
+def packed_kernel(plan: dict, k: int, scales: tuple[str, str]) -> str:
+    """"rs" or "ws": which kernel launch_packed runs for operands with this split_plan and
+    these scale formats (A's, B's)."""
+    return "rs" if plan["DOT_F16"] and "ue5m3" not in scales and k % RS_CONFIG[2] == 0 else "ws"
 
 
 def launch_packed(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None) -> None:
     """C = A . B^T into c with the faster kernel for these operands (packed_kernel); a cfg
     (a _ws_kernel config, from the benchmarks) pins _ws_kernel."""
-    if cfg is None and packed_kernel(plan, k) == "rs":
+    if cfg is None and packed_kernel(plan, k, (a.spec.scale, b.spec.scale)) == "rs":
         launch_rs(a, b, c, m, n, k, plan, ahead=RS_AHEAD)
     else:
         launch_ws(a, b, c, m, n, k, plan, cfg)
