@@ -31,6 +31,13 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   column copy's code and scale bytes once (quantizer revision 12), fitted on the per-call drop
   of the same calls from a run before it to a run of it (least squares weighted by calls).
 
+- per call: --call-fit refits CALL_TERMS (default CALL_FIT: the per-call constant, the prefetch,
+  gather and integer-sr16 savings) on every quantize call of the given runs' timeline step,
+  least squares of the relative error per call (model / GPU time - 1), the other terms as
+  the file has them; --check-runs are priced per call with the result (held out). Only those
+  terms are fitted and written (the other fits do not run). benchmarks/calibration/
+  quantize_calls.py lists the calls and their errors.
+
 Quantizer revisions: profiles up to run 17 do not record which quantizer kernels ran, so `quant_rev_of`
 tags a committed run with the session whose kernels did (as project.project(quant_rev=...)
 does), and `quant_kernel` says what those kernels did, as rust ops.rs `quant_kernel`: up to
@@ -44,6 +51,7 @@ FOURCAST_TIMELINE_STEP) instead of the sampled steps' CUDA-event spans, which al
 time the GPU waited for the host.
 
     python benchmarks/calibration/fit_emulation.py [--runs DIR] [--check-runs DIR...] [--measure gpu] [--write]
+    python benchmarks/calibration/fit_emulation.py --call-fit RUN[,RUN...] [--check-runs DIR...] [--write]
 """
 
 from __future__ import annotations
@@ -308,6 +316,154 @@ def fit_sr16_int(pairs: list[tuple[str, str]]) -> float:
                           "sr16-int")
 
 
+# Per call: every term of ops.rs emulated_quant_s, with the sign it enters the price with
+# (the savings subtract); call_features' columns, in the TOML's units (us per call, ns per unit).
+SAVINGS = ("triton_quant_prefetch_saving_ns_per_elem", "triton_quant_gather_saving_ns_per_elem",
+           "triton_quant_sr16_int_saving_ns_per_elem")
+CALL_TERMS = QUANT_TERMS + SAVINGS
+
+
+def call_features(q: dict, rev: int | None) -> np.ndarray:
+    """One call's price as ops.rs emulated_quant_s counts it, column by column of CALL_TERMS
+    (seconds per unit of each term's TOML value): price = call_features . values."""
+    iters, int_sr16 = quant_kernel(rev)
+    f = quant_features(q, iters)
+    sr16 = f[QUANT_TERMS.index("triton_quant_sr16_ns_per_elem")]
+    gathered = gathered_elems(q, iters) if gathers(rev) else 0.0
+    units = [1e-6] + [1e-9] * (len(QUANT_TERMS) - 1)
+    return np.array([v * u for v, u in zip(f, units)]
+                    + [-1e-9 * overlapped_elems(q, iters), -1e-9 * gathered, -1e-9 * sr16 * int_sr16])
+
+
+def call_kind(operand: str) -> str:
+    """X (an activation: fprop.x+wgrad.x), dY (dgrad.dy+wgrad.dy) or W (a weight) of a quantize op."""
+    first = operand.split("+")[0].partition(".")[2]
+    return {"x": "X", "dy": "dY", "w": "W"}.get(first, first)
+
+
+def call_rows(path: pathlib.Path) -> list[dict]:
+    """Every quantize op of a run's timeline step (its GPU time, one op per layer and call
+    site), with the kernels' revision (recorded, else quant_rev_of) and its call_features."""
+    prof = P.load_profile(path)
+    rev = prof.get("quant_rev", quant_rev_of(path))
+    if not prof.get("gpu_ops"):
+        raise SystemExit(f"{path}: no GPU times (record runs with FOURCAST_TIMELINE_STEP)")
+    rows = []
+    for op in prof["gpu_ops"]:
+        if op["kind"] != "quantize":
+            continue
+        (_, q, _), = P.model_ops({**prof, "ops": [op]})
+        rows.append({"run": f"{path.parent.parent.name}/{path.parent.name}", "recipe": path.name, "rev": rev,
+                     "layer": op.get("layer", ""), "operand": op["operand"], "kind": call_kind(op["operand"]),
+                     "rows": op["rows"], "cols": op["cols"], "calls": float(op["calls_per_step"]),
+                     "us": float(op["ms_per_call"]) * 1e3, "features": call_features(q, rev),
+                     "op": {**q, "impl": "fourcast-triton", **({"quant_rev": rev} if rev is not None else {})}})
+    return rows
+
+
+def term_values(hw: fchw.Hardware) -> np.ndarray:
+    """hw's CALL_TERMS values (0 where the file has none)."""
+    em = hw.data["emulation"]
+    return np.array([float(em[k]["value"]) if k in em else 0.0 for k in CALL_TERMS])
+
+
+def price_calls(hw: fchw.Hardware, rows: list[dict]) -> np.ndarray:
+    """us per call of each row, from the Rust model (the check of call_features: the two agree)."""
+    us = np.array([r.time_s * 1e6 for r in fchw.op_times(hw, [row["op"] for row in rows])])
+    linear = np.array([row["features"] for row in rows]) @ term_values(hw) * 1e6
+    if not np.allclose(us, linear, rtol=1e-6, atol=1e-6):
+        raise SystemExit("call_features disagree with ops.rs emulated_quant_s; update them together")
+    return us
+
+
+def fit_calls(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...]) -> dict[str, float]:
+    """{term: value} of the `free` CALL_TERMS minimising the calls' squared relative error
+    (each call one residual, model/measured - 1), the other terms as hw has them; a term that
+    comes out negative is fixed at 0 and the rest refitted, as fit_quant."""
+    X = np.array([r["features"] for r in rows]) * 1e6  # us per unit of each term
+    y = np.array([r["us"] for r in rows])
+    theta = term_values(hw)
+    cols = [CALL_TERMS.index(t) for t in free if X[:, CALL_TERMS.index(t)].any()]  # no data: left as hw has it
+    fixed = [j for j in range(len(CALL_TERMS)) if j not in cols]
+    rest = y - X[:, fixed] @ theta[fixed]  # what the free terms must price
+    while True:
+        coef, *_ = np.linalg.lstsq(X[:, cols] / y[:, None], rest / y, rcond=None)
+        if (coef >= 0).all():
+            break
+        dropped = cols.pop(int(np.argmin(coef)))
+        print(f"per-call fit: {CALL_TERMS[dropped]} came out negative; fixed at 0")
+    got = dict(zip(cols, coef))
+    exercised = [t for t in free if X[:, CALL_TERMS.index(t)].any()]
+    return {t: round(float(got.get(CALL_TERMS.index(t), 0.0)), 2 if t == "triton_quant_call_us" else 6)
+            for t in exercised}
+
+
+CALL_FIT = ("triton_quant_call_us", "triton_quant_prefetch_saving_ns_per_elem",
+            "triton_quant_gather_saving_ns_per_elem", "triton_quant_sr16_int_saving_ns_per_elem")
+
+
+def call_summary(hw: fchw.Hardware, rows: list[dict]) -> dict[tuple, tuple[float, float]]:
+    """{(run, recipe, kind): (max |error|, median |error|)} of rows priced with hw, and per
+    (run, recipe, "class") the quantize class's error (calls per step as weights)."""
+    us, calls = np.array([r["us"] for r in rows]), np.array([r["calls"] for r in rows])
+    model = price_calls(hw, rows)
+    err = model / us - 1
+    out: dict[tuple, tuple[float, float]] = {}
+    for key in dict.fromkeys((r["run"], r["recipe"]) for r in rows):
+        sel = np.array([(r["run"], r["recipe"]) == key for r in rows])
+        e = float((calls * model)[sel].sum() / (calls * us)[sel].sum() - 1)
+        out[(*key, "class")] = (e, e)
+    for key in dict.fromkeys((r["run"], r["recipe"], r["kind"]) for r in rows):
+        e = np.abs([x for x, r in zip(err, rows) if (r["run"], r["recipe"], r["kind"]) == key])
+        out[key] = (float(e.max()), float(np.median(e)))
+    return out
+
+
+def call_fit_main(args: argparse.Namespace) -> None:
+    """--call-fit: the per-call refit of `--call-terms`, before/after per call, and --write."""
+    def recipe_dirs(specs) -> list[pathlib.Path]:  # a recipe's run folder, or every one under a folder
+        out = []
+        for spec in specs:
+            path = pathlib.Path(spec) if pathlib.Path(spec).exists() else ROOT / "benchmarks/results" / spec
+            out += [path] if (path / "profile.json").is_file() else sorted(p.parent for p in path.rglob("profile.json"))
+        # GPU time per call: runs with a timeline step, and quantize ops (not BF16)
+        return [d for d in out if P.load_profile(d).get("gpu_ops") and call_rows(d)]
+
+    fit_dirs = recipe_dirs(r for r in args.call_fit.split(",") if r)
+    checks = [d for d in recipe_dirs(args.check_runs) if d not in fit_dirs]
+    fit_rows = [r for d in fit_dirs for r in call_rows(d)]
+    check_rows = [r for d in checks for r in call_rows(d)]
+    hw0 = fchw.load("h200")
+    terms = tuple(t if t.startswith("triton_quant_") else f"triton_quant_{t}" for t in args.call_terms.split(","))
+    vals = fit_calls(hw0, fit_rows, terms)
+    hw = hw0
+    for key, v in vals.items():
+        hw = set_term(hw, key, v)
+    print("per-call fit on " + ", ".join(f"{d.parent.parent.name}/{d.parent.name}/{d.name}" for d in fit_dirs) + ": "
+          + ", ".join(f"{k.removeprefix('triton_quant_')} {term_values(hw0)[CALL_TERMS.index(k)]:g} -> {v:g}"
+                      for k, v in vals.items()))
+    for label, rows in (("fit", fit_rows), ("held out", check_rows)):
+        if not rows:
+            continue
+        before, after = call_summary(hw0, rows), call_summary(hw, rows)
+        print(f"per call, |model / GPU time - 1|, max / median ({label}):")
+        for key in before:
+            if key[2] == "class":  # signed
+                print(f"  {key[0]:24s} {key[1]:11s} quantize class before {before[key][0]:+6.1%}   after {after[key][0]:+6.1%}")
+            else:
+                print(f"  {key[0]:24s} {key[1]:11s} {key[2]:3s} before {before[key][0]:6.1%} / {before[key][1]:6.1%}"
+                      f"   after {after[key][0]:6.1%} / {after[key][1]:6.1%}")
+    if args.write:
+        fitted = ", ".join(f"{d.parent.parent.name}/{d.parent.name}/{d.name}" for d in fit_dirs)
+        held = ", ".join(dict.fromkeys(f"{d.parent.parent.name}/{d.parent.name}" for d in checks)) or "none"
+        write_toml({key: (v, f"fit: benchmarks/calibration/fit_emulation.py --call-fit (GPU time of every quantize "
+                             f"call of {fitted}, one by one: least squares of the relative error per call, with "
+                             f"{', '.join(t.removeprefix('triton_quant_') for t in terms)} refitted together and the "
+                             f"other terms as the file had them; held out per call: {held}: model-calibration-per-call.md, "
+                             "session 16)")
+                    for key, v in vals.items()})
+
+
 def set_term(hw: fchw.Hardware, key: str, value: float) -> fchw.Hardware:
     """hw with `emulation.<key>` = value, adding the term where the file has none yet."""
     em = hw.data["emulation"]
@@ -411,10 +567,16 @@ def main() -> None:
     ap.add_argument("--gather-fit", default="",
                     help="comma-separated OLD:NEW pairs of runs (as --quant-fit: a run before quantizer revision 12, "
                          "a run of it) whose row+col calls fit triton_quant_gather_saving_ns_per_elem")
+    ap.add_argument("--call-fit", default="",
+                    help="comma-separated run folders (relative to benchmarks/results: a recipe's or a folder of "
+                         "them) whose quantize calls refit --call-terms per call; nothing else is fitted")
+    ap.add_argument("--call-terms", default=",".join(CALL_FIT), help="the CALL_TERMS --call-fit refits")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     ap.add_argument("--quant-only", action="store_true",
                     help="fit (and write) only the quantizer terms; attention and GEMM terms stay as the file has them")
     args = ap.parse_args()
+    if args.call_fit:
+        return call_fit_main(args)
     RUNS, MEASURE = pathlib.Path(args.runs), args.measure
     RECIPES = ATTN_FIT = tuple(p.name for p in sorted(RUNS.iterdir()) if (p / "profile.json").is_file())
     QUANT_FIT = tuple(args.quant_fit.split(","))
