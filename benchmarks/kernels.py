@@ -633,7 +633,7 @@ def gemm_bench():
                                       max_err_over_bound=float((err / bound).max()),
                                       fp8_fallback=gk.STATS["fp8_fallbacks"] != before))
     RES["notes"].append(f"gemm kernel used (triton impl): {gk.KERNEL} where it applies, with its default configs")
-    for fname in ("nvfp4", "mxfp4", "ufp4"):
+    for fname in ("nvfp4", "ue5m3", "mxfp4", "ufp4"):
         for (m, n, k) in GEMM_SHAPES:
             if left() < 60:
                 break
