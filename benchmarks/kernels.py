@@ -180,18 +180,30 @@ def _route(route, fn):
 
 
 @triton.jit
+def _io_store_rows(b, CODES, SCALES, pid_r, pid_k, K, BM: tl.constexpr, BK: tl.constexpr):
+    """A quantizer's bytes for an int [BM, BK] tile of bf16 bits, rows pid_r's and columns
+    pid_k's of a (., K) layout: BK/2 code bytes (a stand-in nibble pair) and BK/16 scale
+    bytes (a block max) per row; no quantizer arithmetic."""
+    m = pid_r * BM + tl.arange(0, BM)[:, None]
+    lo, hi = tl.split(tl.reshape(b, (BM, BK // 2, 2)))
+    k2 = pid_k * (BK // 2) + tl.arange(0, BK // 2)[None, :]
+    tl.store(CODES + m * (K // 2) + k2, ((lo >> 12) | ((hi >> 12) << 4)).to(tl.uint8))
+    k16 = pid_k * (BK // 16) + tl.arange(0, BK // 16)[None, :]
+    tl.store(SCALES + m * (K // 16) + k16, tl.max(tl.reshape(b, (BM, BK // 16, 16)), axis=2).to(tl.uint8))
+
+
+@triton.jit
+def _io_tile(X, K, BM: tl.constexpr, BK: tl.constexpr):
+    m = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
+    k = tl.program_id(1) * BK + tl.arange(0, BK)[None, :]
+    return tl.load(X + m * K + k).to(tl.int16, bitcast=True).to(tl.int32)
+
+
+@triton.jit
 def _io_floor_kernel(X, CODES, SCALES, M, K, BM: tl.constexpr, BK: tl.constexpr):
     """The quantizer's memory traffic without its arithmetic: load a bf16 tile, store
     BK/2 bytes + BK/16 bytes per row (a calibration of the tiling, not a quantizer)."""
-    m = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
-    k = tl.program_id(1) * BK + tl.arange(0, BK)[None, :]
-    b = tl.load(X + m * K + k).to(tl.int16, bitcast=True).to(tl.int32)
-    lo, hi = tl.split(tl.reshape(b, (BM, BK // 2, 2)))
-    k2 = tl.program_id(1) * (BK // 2) + tl.arange(0, BK // 2)[None, :]
-    tl.store(CODES + m * (K // 2) + k2, ((lo >> 12) | ((hi >> 12) << 4)).to(tl.uint8))
-    s = tl.max(tl.reshape(b, (BM, BK // 16, 16)), axis=2)
-    k16 = tl.program_id(1) * (BK // 16) + tl.arange(0, BK // 16)[None, :]
-    tl.store(SCALES + m * (K // 16) + k16, s.to(tl.uint8))
+    _io_store_rows(_io_tile(X, K, BM, BK), CODES, SCALES, tl.program_id(0), tl.program_id(1), K, BM, BK)
 
 
 def io_floor(x):
@@ -199,6 +211,47 @@ def io_floor(x):
     codes = torch.empty((r, c // 2), dtype=torch.uint8, device=x.device)
     scales = torch.empty((r, c // 16), dtype=torch.uint8, device=x.device)
     _io_floor_kernel[(r // 64, c // 64)](x, codes, scales, r, c, BM=64, BK=64, num_warps=8)
+
+
+@triton.jit
+def _io_floor_rowcol_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: tl.constexpr, BK: tl.constexpr):
+    """_io_floor_kernel for both copies: the row copy's bytes as there, the column copy's
+    (rows 2i and 2i + 1 of a column share a code byte) stored transposed through tl.trans
+    (Triton moves the tile through shared memory): the traffic of a transposing row+col
+    quantizer without its arithmetic."""
+    b = _io_tile(X, C, BM, BK)
+    _io_store_rows(b, CODES_R, SCALES_R, tl.program_id(0), tl.program_id(1), C, BM, BK)
+    _io_store_rows(tl.trans(b), CODES_C, SCALES_C, tl.program_id(1), tl.program_id(0), R, BK, BM)
+
+
+IO_TILES = ((64, 64, 8), (64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8), (32, 128, 4), (256, 64, 8),
+            (128, 256, 8))
+
+
+@section("io floors: the quantizers' traffic without arithmetic, per tile")
+def io_floors():
+    """What fraction of copy bandwidth a quantizer's memory traffic reaches at each tile
+    (BM, BK, warps), with no arithmetic: one copy (_io_floor_kernel, as the quantizer
+    table's "io floor" row) and both copies, the column one transposed through shared
+    memory (_io_floor_rowcol_kernel). Whether 80% of copy is reachable at all."""
+    if SMOKE:
+        return
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        cr = torch.empty((r, c // 2), dtype=torch.uint8, device=DEV)
+        sr = torch.empty((r, c // 16), dtype=torch.uint8, device=DEV)
+        cc = torch.empty((c, r // 2), dtype=torch.uint8, device=DEV)
+        sc = torch.empty((c, r // 16), dtype=torch.uint8, device=DEV)
+        for (bm, bk, w) in IO_TILES:
+            grid = (r // bm, c // bk)
+            runs = (("row", 1, lambda: _io_floor_kernel[grid](x, cr, sr, r, c, BM=bm, BK=bk, num_warps=w)),
+                    ("row+col", 2, lambda: _io_floor_rowcol_kernel[grid](x, cr, sr, cc, sc, r, c, BM=bm, BK=bk,
+                                                                         num_warps=w)))
+            for name, copies, fn in runs:
+                if left() < 20:
+                    return
+                time_quantizer(f"io floor {name} {bm}x{bk} {w} warps", (r, c), copies, False, fn, tile=[bm, bk, w])
+        save()
 
 
 def qvariants(x):
@@ -1210,8 +1263,8 @@ def main():
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
-    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, strip_sweep, sr_stream, strip_iters, strip_tall,
-             strip_gather, gemm_epilogue,
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors, strip_sweep, sr_stream,
+             strip_iters, strip_tall, strip_gather, gemm_epilogue,
              decode_layout,
              layer_profiles, peers,
              gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
