@@ -224,6 +224,24 @@ def _io_floor_rowcol_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: t
     _io_store_rows(tl.trans(b), CODES_C, SCALES_C, tl.program_id(1), tl.program_id(0), R, BK, BM)
 
 
+@triton.jit
+def _io_floor_rowcol_packed_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: tl.constexpr,
+                                   BK: tl.constexpr):
+    """_io_floor_rowcol_kernel with the column copy's bytes made before the transpose: code
+    bytes of row pairs and block maxes in x's orientation, then tl.trans of those bytes (an
+    eighth of the tile's bytes through shared memory, where the other moves the tile)."""
+    b = _io_tile(X, C, BM, BK)
+    _io_store_rows(b, CODES_R, SCALES_R, tl.program_id(0), tl.program_id(1), C, BM, BK)
+    lo, hi = tl.split(tl.permute(tl.reshape(b, (BM // 2, 2, BK)), (0, 2, 1)))
+    codes = tl.trans(((lo >> 12) | ((hi >> 12) << 4)).to(tl.uint8))  # [BK, BM / 2]
+    scales = tl.trans(tl.max(tl.reshape(b, (BM // 16, 16, BK)), axis=1).to(tl.uint8))  # [BK, BM / 16]
+    c = tl.program_id(1) * BK + tl.arange(0, BK)[:, None]
+    i = tl.program_id(0) * (BM // 2) + tl.arange(0, BM // 2)[None, :]
+    tl.store(CODES_C + c * (R // 2) + i, codes)
+    j = tl.program_id(0) * (BM // 16) + tl.arange(0, BM // 16)[None, :]
+    tl.store(SCALES_C + c * (R // 16) + j, scales)
+
+
 IO_TILES = ((64, 64, 8), (64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8), (32, 128, 4), (256, 64, 8),
             (128, 256, 8))
 
@@ -233,7 +251,8 @@ def io_floors():
     """What fraction of copy bandwidth a quantizer's memory traffic reaches at each tile
     (BM, BK, warps), with no arithmetic: one copy (_io_floor_kernel, as the quantizer
     table's "io floor" row) and both copies, the column one transposed through shared
-    memory (_io_floor_rowcol_kernel). Whether 80% of copy is reachable at all."""
+    memory (_io_floor_rowcol_kernel: the tile; _io_floor_rowcol_packed_kernel: its bytes).
+    Whether 80% of copy is reachable at all."""
     if SMOKE:
         return
     for (r, c) in QSIZES:
@@ -246,7 +265,9 @@ def io_floors():
             grid = (r // bm, c // bk)
             runs = (("row", 1, lambda: _io_floor_kernel[grid](x, cr, sr, r, c, BM=bm, BK=bk, num_warps=w)),
                     ("row+col", 2, lambda: _io_floor_rowcol_kernel[grid](x, cr, sr, cc, sc, r, c, BM=bm, BK=bk,
-                                                                         num_warps=w)))
+                                                                         num_warps=w)),
+                    ("row+col packed first", 2, lambda: _io_floor_rowcol_packed_kernel[grid](
+                        x, cr, sr, cc, sc, r, c, BM=bm, BK=bk, num_warps=w)))
             for name, copies, fn in runs:
                 if left() < 20:
                     return
