@@ -24,6 +24,8 @@ import traceback
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 from triton.testing import do_bench
 
 import fourcast as fc
@@ -242,8 +244,69 @@ def _io_floor_rowcol_packed_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C
     tl.store(SCALES_C + c * (R // 16) + j, scales)
 
 
+@gluon.jit
+def _nibble_byte(lo, hi, SHIFT: gl.constexpr):
+    """The stand-in code byte of two bf16 elements: 4 bits of each (bits SHIFT .. SHIFT + 3
+    of their words)."""
+    return (((lo >> SHIFT) & 0xF) | (((hi >> SHIFT) & 0xF) << 4)).to(gl.uint8)
+
+
+@gluon.jit
+def _io_rowcol_gluon_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
+                            NW: gl.constexpr):
+    """The row+col io floor with the transpose in explicit layouts (Gluon): rows 2i and 2i + 1
+    loaded as 32-bit words (two bf16), the row copy's bytes stored from them, then both moved
+    by gl.convert_layout to a layout whose threads hold 4 row pairs of a column, so the column
+    copy's code bytes go out 4 a thread and 32 a column per warp; scale bytes from stand-in
+    loads. BK a multiple of 128, BM of 64."""
+    H: gl.constexpr = BM // 2  # row pairs
+    W: gl.constexpr = BK // 2  # 32-bit words (two bf16) per row
+    LR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [NW, 1], [1, 0])  # rows: 16-byte loads along a row
+    LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])  # columns: 4 row pairs a thread
+    LS: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [NW, 1], [1, 0])
+    LT: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
+    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    i = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LR))[:, None]
+    w = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
+    e = gl.load(XW + (2 * i) * (C // 2) + w)  # rows 2i
+    o = gl.load(XW + (2 * i + 1) * (C // 2) + w)  # rows 2i + 1
+    # row copy: a word's two elements make a code byte; a scale byte per 8 words (a stand-in load)
+    gl.store(CODES_R + (2 * i) * (C // 2) + w, _nibble_byte(e, e >> 16, 12))
+    gl.store(CODES_R + (2 * i + 1) * (C // 2) + w, _nibble_byte(o, o >> 16, 12))
+    i_s = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LS))[:, None]
+    g = pid_c * (W // 8) + gl.arange(0, W // 8, layout=gl.SliceLayout(0, LS))[None, :]
+    gl.store(SCALES_R + (2 * i_s) * (C // 16) + g, gl.load(XW + (2 * i_s) * (C // 2) + 8 * g).to(gl.uint8))
+    gl.store(SCALES_R + (2 * i_s + 1) * (C // 16) + g, gl.load(XW + (2 * i_s + 1) * (C // 2) + 8 * g).to(gl.uint8))
+    # column copy: the same words with row pairs along each thread (a transpose through shared
+    # memory that gl.convert_layout makes), then bytes of element columns 2w and 2w + 1
+    ec = gl.convert_layout(e, LC)
+    oc = gl.convert_layout(o, LC)
+    ic = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LC))[:, None]
+    wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LC))[None, :]
+    gl.store(CODES_C + (2 * wc) * (R // 2) + ic, _nibble_byte(ec, oc, 12))
+    gl.store(CODES_C + (2 * wc + 1) * (R // 2) + ic, _nibble_byte(ec, oc, 28))
+    j = pid_r * (BM // 16) + gl.arange(0, BM // 16, layout=gl.SliceLayout(1, LT))[:, None]
+    wt = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LT))[None, :]
+    s = gl.load(XW + (16 * j) * (C // 2) + wt)
+    gl.store(SCALES_C + (2 * wt) * (R // 16) + j, s.to(gl.uint8))
+    gl.store(SCALES_C + (2 * wt + 1) * (R // 16) + j, (s >> 16).to(gl.uint8))
+
+
+def _io_gluon_bytes_ok(x, cr, sr, cc, sc) -> bool:
+    """_io_rowcol_gluon_kernel's stand-in bytes, from x in torch: code nibbles are bits 12-15
+    of each element; scale bytes the low byte of the block's first element."""
+    bits = x.view(torch.int16).to(torch.int32) & 0xFFFF
+    nib, low = (bits >> 12) & 0xF, bits & 0xFF
+    t, lt = nib.t(), low.t()
+    return bool(torch.equal(cr, (nib[:, 0::2] | nib[:, 1::2] << 4).to(torch.uint8))
+                and torch.equal(cc, (t[:, 0::2] | t[:, 1::2] << 4).to(torch.uint8))
+                and torch.equal(sr, low[:, 0::16].to(torch.uint8)) and torch.equal(sc, lt[:, 0::16].to(torch.uint8)))
+
+
 IO_TILES = ((64, 64, 8), (64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8), (32, 128, 4), (256, 64, 8),
-            (128, 256, 8))
+            (128, 256, 8), (64, 128, 4), (128, 128, 4))
 
 
 @section("io floors: the quantizers' traffic without arithmetic, per tile")
@@ -268,10 +331,16 @@ def io_floors():
                                                                          num_warps=w)),
                     ("row+col packed first", 2, lambda: _io_floor_rowcol_packed_kernel[grid](
                         x, cr, sr, cc, sc, r, c, BM=bm, BK=bk, num_warps=w)))
+            if bk % 128 == 0 and bm % 64 == 0 and w in (4, 8):
+                runs += (("row+col gluon transpose", 2, lambda: _io_rowcol_gluon_kernel[grid](
+                    x, cr, sr, cc, sc, r, c, BM=bm, BK=bk, NW=w, num_warps=w)),)
             for name, copies, fn in runs:
                 if left() < 20:
                     return
                 time_quantizer(f"io floor {name} {bm}x{bk} {w} warps", (r, c), copies, False, fn, tile=[bm, bk, w])
+                if name == "row+col gluon transpose":
+                    RES["checks"].append(dict(what=f"io floor gluon {bm}x{bk} {w} warps {r}x{c}: every byte where it "
+                                              "belongs", ok=_io_gluon_bytes_ok(x, cr, sr, cc, sc)))
         save()
 
 
