@@ -368,12 +368,15 @@ def term_values(hw: fchw.Hardware) -> np.ndarray:
 
 
 def price_calls(hw: fchw.Hardware, rows: list[dict]) -> np.ndarray:
-    """us per call of each row, from the Rust model (the check of call_features: the two agree)."""
-    us = np.array([r.time_s * 1e6 for r in fchw.op_times(hw, [row["op"] for row in rows])])
+    """us per call of each row, from the Rust model. The check of call_features: they give
+    the emulation price (detail "emulation_s"), which ops.rs then keeps no lower than the
+    vendor-grade memory price (a floor that a low per-call constant reaches on small calls)."""
+    res = fchw.op_times(hw, [row["op"] for row in rows])
+    emulated = np.array([r.detail["emulation_s"] * 1e6 for r in res])
     linear = np.array([row["features"] for row in rows]) @ term_values(hw) * 1e6
-    if not np.allclose(us, linear, rtol=1e-6, atol=1e-6):
+    if not np.allclose(emulated, linear, rtol=1e-6, atol=1e-6):
         raise SystemExit("call_features disagree with ops.rs emulated_quant_s; update them together")
-    return us
+    return np.array([r.time_s * 1e6 for r in res])
 
 
 def fit_calls(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...]) -> dict[str, float]:
