@@ -2,7 +2,7 @@
 tiny model with DDP and with FSDP2 through the `fourcast train` CLI, and the result is
 checked against one process that sees the same global batch.
 
-Two torchrun launches run side by side: bf16 DDP exactly as a user runs it (the CLI
+Two torchrun launches run one after the other: bf16 DDP exactly as a user runs it (the CLI
 creates and destroys the process group), and ue5m3 DDP, bf16 FSDP2, ue5m3 FSDP2 one after
 the other in one process group the worker creates first (re-creating a destroyed group
 in one process can hang with torchrun's store). This file is its own worker
@@ -157,19 +157,21 @@ def launched(text, tmp_path_factory):
     runs = {(r, m): root / f"{r}-{m}" for r in RECIPES for m in MODES}
     first = {("bf16", "ddp"): runs[("bf16", "ddp")]}
     rest = {k: v for k, v in runs.items() if k not in first}
-    procs = {"cli": _launch(root, "cli", first, text, False), "rest": _launch(root, "rest", rest, text, True)}
-    for name, proc in procs.items():
+    # One launch at a time: side by side, four ranks on a 2-core CI machine under load have
+    # aborted a rank inside gloo (std::terminate; sessions 14 and 16), nothing of fourcast's.
+    launches = (("cli", first, False), ("rest", rest, True))
+    for name, plan_runs, preinit in launches:
+        proc = _launch(root, name, plan_runs, text, preinit)
         try:
             out, _ = proc.communicate(timeout=240)
         except subprocess.TimeoutExpired:
-            for p in procs.values():
-                p.kill()
+            proc.kill()
             pytest.fail(f"torchrun launch '{name}' ran past 240 s")
         if proc.returncode != 0:
             pytest.fail(f"torchrun launch '{name}' failed ({proc.returncode}):\n{out[-6000:]}")
     logs = []
     for r in range(WORLD):
-        parts = [json.loads((root / f"{name}-rank{r}.json").read_text()) for name in procs]
+        parts = [json.loads((root / f"{name}-rank{r}.json").read_text()) for name, _, _ in launches]
         logs.append({"codes": sum((p["codes"] for p in parts), []), "writes": sum((p["writes"] for p in parts), [])})
     return runs, logs
 
