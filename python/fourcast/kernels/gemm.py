@@ -293,7 +293,8 @@ mul.rn.f16x2 $3, h23, $6;
 }}"""
 _CVT_SHIFTS = {"e2m1": dict(LS=2, LF=2, HS=2, HM="0x1C1C1C1C"), "e1m2": dict(LS=3, LF=1, HS=3, HM="0x0E0E0E0E")}
 CVT_EXP = 6  # the CVT decode leaves value * 2^-6
-UE5M3_EXP = 4  # an f16-decoded UE5M3 operand is value * 2^-3 times scale * 2^-1 (see above)
+UE5M3_TABLE_SHIFT = 3  # an f16-decoded UE5M3 operand: the table's values at 2^-3 ...
+UE5M3_EXP = UE5M3_TABLE_SHIFT + 1  # ... times the scale at 2^-1 (_scale_values); see above
 UE5M3_F16 = True  # False: UE5M3 operands decode to bf16 (as before session 16; benchmarks compare)
 
 
@@ -353,7 +354,7 @@ def split_plan(a_spec, b_spec, decode: str | None = None) -> dict:
             dec = 1
         offset = f16 and dec == 1 and spec.scale == "ue5m3"
         plan[pre + "DEC"] = dec
-        plan[pre + "ASM"] = decode_asm(spec.element, dec, f16, 3 if offset else 0) if dec else ""
+        plan[pre + "ASM"] = decode_asm(spec.element, dec, f16, UE5M3_TABLE_SHIFT if offset else 0) if dec else ""
         epi += CVT_EXP if dec == 2 else UE5M3_EXP if offset else 0
     plan["EPI_EXP"] = epi
     return plan
