@@ -173,7 +173,8 @@ def qbytes(r, c, spec_block, copies=1, xhat=False):
 
 
 def _route(route, fn):
-    """fn() with quantize_rowcol pinned to one kernel: "strip" or "transpose"."""
+    """fn() with quantize_rowcol pinned to one kernel: "strip" or "transpose" ("gluon": the
+    default route, rowcol_gluon.py where it applies)."""
     qk.CONFIG_OVERRIDE["rowcol"] = route
     try:
         return fn()
@@ -344,6 +345,76 @@ def io_floors():
         save()
 
 
+def _same_tensors(got, want) -> bool:
+    """Every tensor field of two tuples of Packed / Decoded outputs equal byte for byte."""
+    def raw(t):
+        return t.reshape(-1).view(torch.uint8)
+
+    def tensors(p):  # Decoded is a NamedTuple, Packed a dataclass
+        return [v for v in (p._asdict() if hasattr(p, "_asdict") else vars(p)).values() if isinstance(v, torch.Tensor)]
+
+    return all(len(tensors(g)) == len(tensors(w)) and all(torch.equal(raw(u), raw(v)) for u, v in
+                                                          zip(tensors(g), tensors(w))) for g, w in zip(got, want))
+
+
+GLUON_TILES = ((64, 128, 4, 1), (64, 128, 8, 1), (128, 128, 8, 1), (64, 128, 8, 2), (64, 128, 8, 4))
+
+
+@section("rowcol gluon: the Gluon row+col quantizer per tile, against the strip kernel")
+def rowcol_gluon():
+    """quantize_rowcol's codes calls (RTNE, both copies packed) on rowcol_gluon.py at each
+    (BM, BK, warps, row tiles a program) and on the strip kernel, in turn, --repeat samples
+    (these calls' times swing between runs: medians of interleaved samples); every tile's
+    bytes checked against the strip kernel's (itself checked against the reference in
+    tests/gpu). Summary: RES["rowcol_gluon"], per call and variant the median time and
+    ratio to the strip kernel's."""
+    if SMOKE:
+        return
+    nv, mx, ue = F["nvfp4"], F["mxfp4"], F["ue5m3"]
+    summary = RES.setdefault("rowcol_gluon", [])
+    packed, x_call = ((True, True), (False, False)), ((False, True), (True, False))
+    for shape in QSIZES:
+        x = rand(shape)
+        amax = x.abs().amax().float()
+        calls = (("row+col nvfp4 delayed (codes)", nv, packed, 2, False, lambda: qk.quantize_rowcol(
+                     x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)),
+                 ("row+col mxfp4 (codes)", mx, packed, 2, False, lambda: qk.quantize_rowcol(
+                     x, mx, mx, "rtne", "rtne", 0, 0, None, None)),
+                 ("X: decoded row + packed col, ue5m3 delayed", ue, x_call, (1, 1), None, lambda: ops.rowcol_operands(
+                     x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))))
+        for name, f, (codes_on, xhat_on), copies, xhat, fn in calls:
+            want = _route("strip", fn)
+            times = {}
+            for sample in range(ARGS.repeat):
+                if left() < 20:
+                    return
+                t = time_quantizer(f"{name} [strip]", shape, copies, xhat, lambda fn=fn: _route("strip", fn),
+                                   sample=sample)
+                times.setdefault("strip", []).append(t)
+                for tile in GLUON_TILES:
+                    qk.CONFIG_OVERRIDE["rowcol_gluon"] = tile
+                    try:
+                        if sample == 0:
+                            routed = qk._gluon_rowcol_ok(x, qk.parse_fmt(f), "rtne", "rtne", False, codes_on, xhat_on,
+                                                         True, torch.bfloat16)
+                            same = routed and _same_tensors(_route("gluon", fn), want)
+                            RES["checks"].append(dict(what=f"rowcol gluon {name} {tile} {shape}: routed there, "
+                                                      "bytes = strip's", ok=same))
+                        label = f"{name} [gluon {tile[0]}x{tile[1]} {tile[2]} warps x{tile[3]}]"
+                        t = time_quantizer(label, shape, copies, xhat, lambda fn=fn: _route("gluon", fn),
+                                           tile=list(tile), sample=sample)
+                        times.setdefault(tile, []).append(t)
+                    finally:
+                        qk.CONFIG_OVERRIDE.pop("rowcol_gluon", None)
+            med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+            for k, t in med.items():
+                summary.append(dict(call=name, shape="x".join(map(str, shape)), variant=str(k), median_ms=t,
+                                    samples_ms=times[k], vs_strip=t / med["strip"]))
+                log(f"rowcol gluon {name} {shape} {k}: median {t * 1e3:.1f} us, {t / med['strip']:.2f}x strip")
+        del x
+        save()
+
+
 def qvariants(x):
     s16 = ref.rht_signs(16, "te").to(DEV)
     amax = x.abs().amax().float()
@@ -378,7 +449,8 @@ def qvariants(x):
             x, nv, nv, "sr", "sr", 0, 0, None, (16, s16), amax, amax)),
     )
     for name, copies, xhat, blk, fn in calls:
-        for route in ("strip", "transpose"):
+        gluon = "RHT" not in name and "SR" not in name  # rowcol_gluon's scope
+        for route in ("gluon", "strip", "transpose") if gluon else ("strip", "transpose"):
             yield f"{name} [{route}]", copies, xhat, blk, (lambda fn=fn, route=route: _route(route, fn))
     yield "fake-quant row nvfp4", 1, True, 16, lambda: fk.fake_quant(x, nv)
     yield "fake-quant row nvfp4 delayed", 1, True, 16, lambda: fk.fake_quant(x, nv, tensor_amax=amax)
@@ -1347,13 +1419,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
     ap.add_argument("--only", default="", help="comma-separated section names to run")
-    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather: samples of every shape, "
+    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather, rowcol_gluon: samples of every shape, "
                     "in turn")
     ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
-    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors, strip_sweep, sr_stream,
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors, rowcol_gluon, strip_sweep, sr_stream,
              strip_iters, strip_tall, strip_gather, gemm_epilogue,
              decode_layout,
              layer_profiles, peers,

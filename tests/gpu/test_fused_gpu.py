@@ -92,3 +92,95 @@ def test_strip_sr4_real_size(name, n, monkeypatch):
         testing.check_rowcol(x, f, rounding, rounding, 12, 2**32 - 9, None, rht_c)
         assert testing.packed_diff(qk.quantize(x, f, axis=0, rounding=rounding, seed=12, offset=5),
                                    ref.quantize(x, f, axis=0, rounding=rounding, seed=12, offset=5)) == []
+
+
+# rowcol_gluon's scope: 4-bit grids with 1-D blocks, every scale format and rule.
+GLUON_ROWCOL = ["nvfp4", "nvfp4-torchao", "mxfp4", "mxfp4-rceil", "ue5m3", "ufp4", "ufp4-int4", "int4-sm-mx",
+                "e1m2-mx16", "int4-ue5m3"]
+
+
+def _hopper():
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("rowcol_gluon runs on sm_90 only")
+
+
+def _route(x, f, fuse):
+    spec = qk.parse_fmt(f)
+    return qk._rowcol_plan(x, spec, "rtne", "rtne", 0, 0, (True, True), (False, False), False,
+                           spec.two_level, fuse)["route"]
+
+
+@pytest.mark.parametrize("name", GLUON_ROWCOL)
+@pytest.mark.parametrize("kind", ["heavy", "ties", "tiny", "huge", "zeros"])
+def test_rowcol_gluon_equals_reference(name, kind):
+    """Codes, scale bytes, tensor scales and amaxes of both copies, bit for bit, twice (the
+    second call takes the launcher's fast path); the call is routed to the Gluon kernel."""
+    _hopper()
+    f = F[name]
+    x = testing.make_input(kind, (512, 768), torch.bfloat16, DEV, seed=3, fmt=f)
+    assert _route(x, f, not qk.parse_fmt(f).two_level) == "gluon"
+    for _ in range(2):
+        testing.check_rowcol(x, f, "rtne", "rtne", 0, 0)
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4", "ufp4-int4", "int4-ue5m3"])
+def test_rowcol_gluon_nonfinite_and_given_amax(name):
+    """NaN and infinities in some row and column blocks (their scale bytes and zero codes),
+    a tensor amax given below the true one (scales clamp), and odd tile counts."""
+    _hopper()
+    f = F[name]
+    x = testing.make_input("heavy", (320, 1152), torch.bfloat16, DEV, seed=5)
+    x[3, 17] = float("nan")
+    x[100, 200] = float("inf")
+    x[64:80, 256] = float("-inf")
+    testing.check_rowcol(x, f, "rtne", "rtne", 0, 0)
+    amax = torch.tensor(0.25, device=DEV)
+    r, c = qk.quantize_rowcol(x, f, f, "rtne", "rtne", 0, 0, None, None, amax, amax)
+    want_r = ref.quantize(x, f, tensor_amax=amax)
+    want_c = ref.quantize(x, f, axis=0, tensor_amax=amax)
+    assert testing.packed_diff(r, want_r) == [] and testing.packed_diff(c, want_c) == []
+
+
+@pytest.mark.parametrize("name", ["ue5m3", "nvfp4", "mxfp4", "ufp4-int4"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rowcol_gluon_x_call_decoded_row(name, dtype):
+    """The X call (ops.rowcol_operands: row copy decoded, column copy packed) on the Gluon
+    kernel: the decoded row is the reference's unscaled x_hat bit for bit, the packed column
+    the reference's codes and scales; NaN and an infinity included."""
+    _hopper()
+    from fourcast.kernels import ops
+
+    f = F[name]
+    x = testing.make_input("heavy", (256, 640), torch.bfloat16, DEV, seed=9)
+    x[7, 300] = float("nan")
+    x[130, 5] = float("-inf")
+    amax = x[x.isfinite()].abs().amax().float()
+    spec = qk.parse_fmt(f)
+    plan = qk._rowcol_plan(x, spec, "rtne", "rtne", 0, 0, (False, True), (True, False), True, False, False, dtype)
+    assert plan["route"] == "gluon"
+    for _ in range(2):
+        dec, col = ops.rowcol_operands(x, f, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"),
+                                       dtype=dtype)
+        want_r = ref.quantize(x, f, tensor_amax=amax)
+        assert torch.equal(testing.bits(dec.values), testing.bits(testing.dequantize_unscaled(want_r, dtype)))
+        assert testing.same_float(dec.tensor_scale, want_r.tensor_scale)
+        assert testing.packed_diff(col, ref.quantize(x, f, axis=0, tensor_amax=amax)) == []
+
+
+def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
+    """What rowcol_gluon does not cover goes to the strip kernel: SR, an RHT, x_hat outputs,
+    16 x 16 tiles, shapes off its tile, f32 input; and CONFIG_OVERRIDE pins the strip kernel."""
+    _hopper()
+    nv = qk.parse_fmt(F["nvfp4"])
+    x = torch.zeros(512, 768, dtype=torch.bfloat16, device=DEV)
+
+    def route(x=x, spec=nv, rounding="rtne", rn=0, codes=(True, True), xhat=(False, False)):
+        return qk._rowcol_plan(x, spec, rounding, rounding, rn, 0, codes, xhat, False, True, False)["route"]
+
+    assert route() == "gluon"
+    assert route(codes=(False, True), xhat=(True, False)) == "strip"  # a scaled x_hat
+    assert route(rounding="sr") == route(rn=16) == route(xhat=(True, False)) == route(xhat=(False, True)) == "strip"
+    assert route(spec=qk.parse_fmt(F["nvfp4-2d"])) == route(spec=qk.parse_fmt(F["mxfp8"])) == "strip"
+    assert route(x=x[:, :704]) == route(x=x[:480]) == route(x=x.float()) == "strip"
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
+    assert route() == "strip"

@@ -17,11 +17,21 @@ BLOCK_FORMATS = [n for n in F if not qk.parse_fmt(F[n]).per_tensor]
 
 
 def test_block_formats_route_to_strip(monkeypatch):
+    """Block formats take the strip kernel, or the Gluon one where it serves the call
+    (gluon_ok); per-tensor formats the transposing kernel; CONFIG_OVERRIDE pins either.
+    Off a GPU (here) the Gluon kernel never serves: _gluon_rowcol_ok is False."""
+    nv = qk.parse_fmt(F["nvfp4"])
     for name in ("nvfp4-2d", "mxfp8", "nvfp4"):
         assert qk.rowcol_route(qk.parse_fmt(F[name])) == "strip"
     assert qk.rowcol_route(qk.parse_fmt(F["fp8"])) == "transpose"
+    assert qk.rowcol_route(nv, gluon_ok=True) == "gluon"
+    assert qk.rowcol_route(qk.parse_fmt(F["fp8"]), gluon_ok=True) == "transpose"
+    x = torch.zeros(128, 256, dtype=torch.bfloat16)
+    assert not qk._gluon_rowcol_ok(x, nv, "rtne", "rtne", False, (True, True), (False, False))
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
+    assert qk.rowcol_route(nv, gluon_ok=True) == "strip"
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "transpose")
-    assert qk.rowcol_route(qk.parse_fmt(F["nvfp4"])) == "transpose"
+    assert qk.rowcol_route(nv) == qk.rowcol_route(nv, gluon_ok=True) == "transpose"
 
 
 def test_strip_tiles(monkeypatch):

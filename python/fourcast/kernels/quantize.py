@@ -77,10 +77,18 @@ ROUND_ID = {"rtne": 0, "away": 1, "sr": 2, "sr4": 3, "sr16": 4}  # 2-4: SR (phil
 # ------------------------------------------------------------------ jit helpers
 
 @triton.jit
+def _bcast(v, like):
+    """v (a scalar, or a tensor of like's shape) in like's shape: tl.full and tl.broadcast_to
+    take no layout, which Gluon needs (rowcol_gluon.py calls these helpers); a select of two
+    equal operands folds to the splat either would make."""
+    return tl.where(like == like, v, v)
+
+
+@triton.jit
 def _pow2(k):
     """2^k as f32 for int32 k in [-149, 127], from bits (exact, subnormals too)."""
     normal = (tl.minimum(tl.maximum(k, -126), 127) + 127) << 23
-    sub = tl.full(k.shape, 1, tl.int32) << (tl.minimum(tl.maximum(k, -149), -127) + 149)
+    sub = _bcast(1, k) << (tl.minimum(tl.maximum(k, -149), -127) + 149)
     return tl.where(k >= -126, normal, sub).to(tl.float32, bitcast=True)
 
 
@@ -93,7 +101,7 @@ def _floor_log2(a):
 def _round_grid(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, MODE: tl.constexpr):
     """reference.round_grid: magnitudes 0 <= a <= gmax -> (code magnitude, value)."""
     if FIXED:
-        e = tl.zeros(a.shape, tl.int32)
+        e = _bcast(0, a.to(tl.int32, bitcast=True))
     else:
         e = tl.maximum(_floor_log2(a), EMIN)
     kk = e - MBITS
@@ -271,8 +279,8 @@ def _nonfinite(v):
 @triton.jit
 def _tensor_scales(amax, PER_TENSOR: tl.constexpr, RULE: tl.constexpr, NUM: tl.constexpr):
     """(S_enc, torchao's decode scale pts) from the tensor amax (reference.tensor_encode_scale)."""
-    one = tl.full(amax.shape, 1.0, tl.float32)
-    num = tl.full(amax.shape, NUM, tl.float32)
+    one = _bcast(1.0, amax)
+    num = _bcast(NUM * 1.0, amax)
     if RULE == 3 and not PER_TENSOR:
         pts = tl.math.div_rn(amax, num)
         pts = tl.where((pts == 0) | _nonfinite(pts) | _nonfinite(tl.math.div_rn(one, pts)), one, pts)
@@ -310,14 +318,14 @@ def _block_scales(bmax_bits, s_enc, pts, GMAX: tl.constexpr, EMAX: tl.constexpr,
     elif RULE == 2:  # te
         s_dec = bamax * (s_enc * (1.0 / GMAX))
         sbytes, sv = _round_elem(tl.minimum(s_dec, S_GMAX), s_dec, S_EMIN, S_MBITS, False, 0)
-        inv_s = tl.math.div_rn(tl.full(s_enc.shape, 1.0, tl.float32), s_enc)
-        mult = tl.minimum(tl.math.div_rn(tl.full(sv.shape, 1.0, tl.float32), sv * inv_s), 3.4028234663852886e38)
+        inv_s = tl.math.div_rn(_bcast(1.0, s_enc), s_enc)
+        mult = tl.minimum(tl.math.div_rn(_bcast(1.0, sv), sv * inv_s), 3.4028234663852886e38)
     else:  # torchao
-        gm = tl.full(bamax.shape, GMAX, tl.float32)
-        s = tl.math.div_rn(tl.math.div_rn(bamax, gm), tl.broadcast_to(pts, bamax.shape))
+        gm = _bcast(GMAX * 1.0, bamax)
+        s = tl.math.div_rn(tl.math.div_rn(bamax, gm), _bcast(pts, bamax))
         s = tl.minimum(tl.maximum(s, S_MIN), S_GMAX)
         sbytes, sv = _round_elem(s, s, S_EMIN, S_MBITS, False, 0)
-        mult = tl.math.div_rn(tl.broadcast_to(s_enc, sv.shape), sv)
+        mult = tl.math.div_rn(_bcast(s_enc, sv), sv)
     return tl.where(bad, NANB, sbytes), mult, tl.where(bad, float("nan"), sv), bad
 
 
@@ -342,7 +350,7 @@ def _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN: tl.constexpr, MBITS: tl.c
     if UNSCALED:
         xhat = val * sval
     else:
-        xhat = tl.math.div_rn(val * sval, tl.broadcast_to(ts, val.shape))
+        xhat = tl.math.div_rn(val * sval, _bcast(ts, val))
     return codes, xhat
 
 
@@ -914,29 +922,65 @@ def rowcol_config(rn_r: int, rn_c: int):
     return t, t, 8
 
 
-def rowcol_route(spec: Spec) -> str:
+def rowcol_route(spec: Spec, gluon_ok: bool = False) -> str:
     """Which kernel serves a row+col call: "strip" (strip.py) for every block format,
     "transpose" (_rowcol_kernel) for per-tensor formats. Measured on the H200 at 8192^2
     (kernels-h200.md): without SR, both copies as codes 221 us vs 340 (transposing), the
     fused X call 193 vs 345 (session 3's split kernel), with a column RHT16 320 vs 392;
     with SR (strip_config's narrower SR tile, session 4) the dY call 606 vs 596 (split,
     since retired) and with a column RHT16 725 vs 717 (transposing).
-    CONFIG_OVERRIDE["rowcol"] = "transpose" pins the transposing kernel (benchmarks)."""
-    if spec.per_tensor or CONFIG_OVERRIDE.get("rowcol") == "transpose":
+    "gluon" (rowcol_gluon.py) where gluon_ok: the call is in its scope, on an sm_90 GPU.
+    CONFIG_OVERRIDE["rowcol"] pins "transpose" or "strip" (benchmarks; "gluon" is the default)."""
+    pin = CONFIG_OVERRIDE.get("rowcol")
+    if spec.per_tensor or pin == "transpose":
         return "transpose"
+    if gluon_ok and pin in (None, "gluon"):
+        return "gluon"
     return "strip"
+
+
+@functools.lru_cache(maxsize=None)
+def _rowcol_gluon():
+    """The rowcol_gluon module, or None where this Triton has no Gluon."""
+    try:
+        from fourcast.kernels import rowcol_gluon
+    except ImportError:
+        return None
+    return rowcol_gluon
+
+
+def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rht: bool, codes_on: tuple,
+                     xhat_on: tuple, unscaled: bool = False, xhat_dtype=None) -> bool:
+    """rowcol_gluon serves this call: in its scope (rowcol_gluon.applies), on an sm_90 GPU
+    (gemm's device check), with Gluon importable."""
+    if interpreting() or not x.is_cuda:
+        return False
+    from fourcast.kernels.gemm import _capability
+
+    if _capability(x.device.index if x.device.index is not None else torch.cuda.current_device())[0] != 9:
+        return False
+    rg = _rowcol_gluon()
+    return rg is not None and rg.applies(x, spec, rounding_r, rounding_c, rht, codes_on, xhat_on, unscaled,
+                                         xhat_dtype, _gluon_config())
+
+
+def _gluon_config() -> tuple:
+    """rowcol_gluon's (BM, BK, warps, row tiles a program): its CONFIG, or CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
+    return CONFIG_OVERRIDE.get("rowcol_gluon") or _rowcol_gluon().CONFIG
 
 
 _ROWCOL_PLANS: dict[tuple, dict] = {}
 
 
-def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int, R: int, C: int, codes_on: tuple,
-                 xhat_on: tuple, unscaled: bool, fresh: bool, fuse: bool) -> dict:
+def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int, codes_on: tuple,
+                 xhat_on: tuple, unscaled: bool, fresh: bool, fuse: bool, xhat_dtype=None) -> dict:
     """What launch_rowcol launches for one kind of call (route, grids, constexprs), checked
     and built once per key: a training step repeats a few dozen kinds every step, and
     building them is most of the call's Python. Not cached while CONFIG_OVERRIDE is set."""
     interp = interpreting()
-    key = (spec, rounding_r, rounding_c, rn, rnc, R, C, codes_on, xhat_on, unscaled, fresh, fuse, interp)
+    R, C = x.shape
+    key = (spec, rounding_r, rounding_c, rn, rnc, R, C, codes_on, xhat_on, unscaled, fresh, fuse, interp, x.dtype,
+           x.device, xhat_dtype)
     plan = _ROWCOL_PLANS.get(key)
     if plan is not None and not CONFIG_OVERRIDE:
         return plan
@@ -946,11 +990,12 @@ def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int
     _check_sr_group(rounding_c, R)
     from fourcast.kernels import strip  # strip.py builds on this module's jit helpers
 
-    route = rowcol_route(spec)
+    route = rowcol_route(spec, _gluon_rowcol_ok(x, spec, rounding_r, rounding_c, bool(rn or rnc), codes_on, xhat_on,
+                                                unscaled, xhat_dtype or x.dtype))
     if route == "transpose":  # _rowcol_kernel writes an output kind for both copies or neither
         codes_on = (any(codes_on),) * 2
         xhat_on = (any(xhat_on),) * 2
-    if route == "strip":
+    if route in ("strip", "gluon"):
         br, bc, warps = strip.strip_config(max(spec.block, 1), rn, rnc, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2,
                                            CONFIG_OVERRIDE.get("strip"), interp)
     else:
@@ -972,10 +1017,14 @@ def _rowcol_plan(spec: Spec, rounding_r: str, rounding_c: str, rn: int, rnc: int
     else:
         flags = dict(WRITE_CODES=codes_on[0], WRITE_XHAT=xhat_on[0], PASS=1)
     consts = dict(common, FUSE_AMAX=fuse, **flags)
-    plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br,
-                grid=(_cdiv(R, br * iters), _cdiv(C, bc)), consts=consts,
+    grid = (_cdiv(R, br * iters), _cdiv(C, bc))
+    if route == "gluon":
+        rg, cfg = _rowcol_gluon(), _gluon_config()
+        consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0])
+        grid = rg.grid(R, C, cfg)
+    plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
-    if fresh and route == "strip":
+    if fresh and route in ("strip", "gluon"):
         br0, bc0, amax_iters = strip.amax_config(br, bc, interp)
         plan["amax"] = ((_cdiv(R, br0 * amax_iters), _cdiv(C, bc0)),
                         dict(RN_R=rn, LOG2N_R=l_r, NORM_R=rht_norm(rn), RN_C=rnc, LOG2N_C=l_c, NORM_C=rht_norm(rnc),
@@ -1005,9 +1054,10 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     needs = spec.two_level or spec.per_tensor
     fresh = needs and (amax_r is None or amax_c is None)
     fuse = not needs and amax_r is None and amax_c is None and measure_amax
-    plan = _rowcol_plan(spec, rounding_r, rounding_c, 0 if rht_r is None else rht_r[0], 0 if rht_c is None else rht_c[0],
-                        R, C, (write_codes,) * 2 if isinstance(write_codes, bool) else tuple(write_codes),
-                        (write_xhat,) * 2 if isinstance(write_xhat, bool) else tuple(write_xhat), unscaled, fresh, fuse)
+    plan = _rowcol_plan(x, spec, rounding_r, rounding_c, 0 if rht_r is None else rht_r[0],
+                        0 if rht_c is None else rht_c[0], (write_codes,) * 2 if isinstance(write_codes, bool) else tuple(write_codes),
+                        (write_xhat,) * 2 if isinstance(write_xhat, bool) else tuple(write_xhat), unscaled, fresh, fuse,
+                        xhat_dtype)
     codes_on, xhat_on = plan["codes_on"], plan["xhat_on"]
     sr_, _, scale_r, _, _ = _rht_args(rht_r, plan["bc"], dev, 0)
     sc_, _, scale_c, _, _ = _rht_args(rht_c, plan["br"], dev, 0)
@@ -1037,6 +1087,14 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
                     for i, a in enumerate((amax_r, amax_c)))
     from fourcast.kernels import strip
 
+    if plan["route"] == "gluon":
+        if plan["amax"] is not None:
+            launcher.run(strip._strip_amax_kernel, plan["amax"][0], (x, amax_bits, sr_, sc_, R, C), plan["amax"][1])
+        if fuse:  # one amax (no RHT): the kernel records it once, at amax_bits[0]
+            amax_in = (measured[0], measured[0])
+        launcher.run(_rowcol_gluon()._rowcol_kernel, plan["grid"],
+                     (x, codes_r, scales_r, xhat_r, codes_c, scales_c, amax_bits, *amax_in, ts, R, C), plan["consts"])
+        return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax_in)
     kernel = strip._strip_kernel if plan["route"] == "strip" else _rowcol_kernel
     seed, seed_ptr = seed_arg(seed, dev, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2)
     args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,

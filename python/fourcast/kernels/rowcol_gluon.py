@@ -1,0 +1,211 @@
+"""Row + column quantizer with the transpose in explicit layouts (Gluon, Hopper): both
+packed copies of a row-major bf16 (R, C) x from one read, the column copy's bytes stored
+transposed (the Wgrad layout) in whole 32-byte runs.
+
+strip.py avoids a transpose because Triton's tl.trans moves a tile at 13-25% of copy
+bandwidth even with no arithmetic; with the transpose written as a Gluon layout conversion
+the same bytes move at 65-68% (kernels-h200.md, session 16, `io_floors`). This kernel does
+the quantizer's arithmetic on that tiling:
+
+- a program loads a [BM, BK] tile as 32-bit words (two bf16 of a row), rows 2i and 2i + 1
+  apart, in a layout where a thread holds 4 words of one row: a row block (B elements,
+  B / 2 words) spans B / 8 lanes, so its amax is an in-thread max and one or two shuffles;
+  the row copy's code bytes (a word's two elements make one) go out 4 a thread;
+- gl.convert_layout moves the words (through shared memory) to a layout where a thread
+  holds 4 row pairs of one word column: a column block (B rows, B / 2 row pairs) again
+  spans B / 8 lanes, and rows 2i and 2i + 1 of a column, which share a byte of the
+  column copy, sit in one thread;
+- each block's scale is computed once per lane that holds a part of it, in the layout
+  that owns the block.
+
+The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, written to
+serve both frontends), so codes, scale bytes and tensor scales equal reference.quantize
+bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D blocks of 16 or
+32, round-to-nearest-even, no RHT, both copies packed or the row copy decoded (unscaled x_hat,
+what ops.rowcol_operands' X call asks for), tensor amaxes given or measured by strip.py's
+amax pass (or recorded here, for a format without a tensor scale), R a multiple of BM x
+ITERS and C of BK. quantize.launch_rowcol routes those calls here on an sm_90 GPU (route
+"gluon") and every other one to strip.py.
+
+Gluon has no interpreter: the CPU tier compiles this kernel for sm_90a offline
+(tests/unit/test_rowcol_gluon.py), tests/gpu checks its bytes.
+"""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from fourcast.kernels.quantize import _block_scales, _quant_elems, _tensor_scales
+
+# (BM, BK, warps, row tiles a program). The io floor's fastest tiles were 64 x 128 on 4 warps
+# and 128 x 128 on 4 (67-68% of copy, session 16); with the arithmetic, 64 x 128 on 8 warps,
+# two row tiles a program (120 registers), was among the fastest in both shapes (session 17).
+CONFIG = (64, 128, 8, 2)
+
+
+@gluon.jit
+def _halves(v):
+    """The two bf16 of 32-bit words as f32 (exact: a bf16 is the top half of its f32),
+    the one at the lower address first."""
+    return (v << 16).to(gl.float32, bitcast=True), (v & -65536).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _abs_bits(v):
+    """max(|lo|, |hi|) of a word's two elements as f32 bits (NaN above +inf's bits)."""
+    return gl.maximum((v << 16) & 0x7FFFFFFF, v & 0x7FFF0000)
+
+
+@gluon.jit
+def _quant(y, sb_mult, sb_sv, sb_bad, ts, AXIS: gl.constexpr, EMIN: gl.constexpr, MBITS: gl.constexpr,
+           FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr):
+    """(4-bit codes, unscaled x_hat) of y given its blocks' multipliers, decoded scales and
+    non-finite flags (reduced along AXIS, broadcast back here), round-to-nearest-even."""
+    return _quant_elems(y, gl.expand_dims(sb_mult, AXIS), gl.expand_dims(sb_sv, AXIS), gl.expand_dims(sb_bad, AXIS),
+                        ts, y, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, 0, True)
+
+
+@gluon.jit
+def _word(lo, hi, DTYPE: gl.constexpr):
+    """Two f32 values (exact in DTYPE, a 16-bit float) as one 32-bit word of DTYPE, lo at
+    the lower address."""
+    lo16 = lo.to(DTYPE).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
+    return lo16 | (hi.to(DTYPE).to(gl.int16, bitcast=True).to(gl.int32) << 16)
+
+
+@gluon.jit
+def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT, R, C,
+                   EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr,
+                   BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
+                   RULE: gl.constexpr, B: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr,
+                   S_GMAX: gl.constexpr, S_MIN: gl.constexpr, NUM: gl.constexpr, NANB: gl.constexpr,
+                   FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
+                   NW: gl.constexpr, ITERS: gl.constexpr):
+    """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
+    from pid_r * ITERS * BM on, loading tile it + 1 before it quantizes tile it (as strip.py's
+    ITERS); a tile is H row pairs of W words, with blocks of WB words (row copy) or WB row
+    pairs (column copy). FUSE_AMAX: formats without a tensor scale record the amax (bits, an
+    atomic max a program) at AMAX_BITS[0]: both copies' (no RHT: the same). XHAT_R_ON: the row
+    copy is written decoded (unscaled x_hat, value x block scale, exact in XHAT_R's 16-bit
+    type: two a word) instead of as codes and scale bytes."""
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    WB: gl.constexpr = B // 2
+    TB: gl.constexpr = WB // 4  # lanes a block spans: 4 words (row) or 4 row pairs (column) a thread
+    # rows: [row pair, row block, word in block], 4 words of one row a thread (16-byte loads)
+    LR: gl.constexpr = gl.BlockedLayout([1, 1, 4], [2, 16 // TB, TB], [NW, 1, 1], [2, 1, 0])
+    # columns: [column block, row pair in block, word column], 4 row pairs of a word column a thread
+    LC: gl.constexpr = gl.BlockedLayout([1, 4, 1], [8 // TB, TB, 4], [1, 1, NW], [1, 0, 2])
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
+    s_r, p_r = _tensor_scales(gl.load(AMAX_IN_R), False, RULE, NUM)
+    s_c, p_c = _tensor_scales(gl.load(AMAX_IN_C), False, RULE, NUM)
+    # row copy indices (row pairs from the tile's first), and the column copy's
+    i = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None, None]
+    g = gl.arange(0, W // WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LR)))[None, :, None]
+    k = gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(1, LR)))[None, None, :]
+    w = pid_c * W + g * WB + k
+    i2 = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None]
+    g2 = pid_c * (W // WB) + gl.arange(0, W // WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LR)))[None, :]
+    ic = (gl.arange(0, H // WB, layout=gl.SliceLayout(1, gl.SliceLayout(2, LC)))[:, None, None] * WB
+          + gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LC)))[None, :, None])
+    wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, None, :]
+    j = gl.arange(0, H // WB, layout=gl.SliceLayout(1, gl.SliceLayout(1, LC)))[:, None]
+    wj = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, :]
+    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    t0 = pid_r * ITERS
+    e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
+    o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
+    tile_max = 0
+    for it in gl.static_range(ITERS):
+        e = e_next
+        o = o_next
+        r0 = (t0 + it) * H  # the tile's first row pair
+        if it + 1 < ITERS:  # the next tile's words, in flight while this one is quantized
+            e_next = gl.load(XW + (2 * (r0 + H + i)) * (C // 2) + w)
+            o_next = gl.load(XW + (2 * (r0 + H + i) + 1) * (C // 2) + w)
+        # ---- the row copy
+        for half in gl.static_range(2):
+            v = e if half == 0 else o
+            bmax = gl.max(_abs_bits(v), axis=2)
+            if FUSE_AMAX:
+                tile_max = gl.maximum(tile_max, gl.max(gl.max(bmax, axis=1), axis=0))
+            sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
+                                              S_MIN, NANB)
+            lo, hi = _halves(v)
+            c_lo, x_lo = _quant(lo, mult, sv, bad, s_r, 2, EMIN, MBITS, FIXED, TWOS, BITS, GMAX)
+            c_hi, x_hi = _quant(hi, mult, sv, bad, s_r, 2, EMIN, MBITS, FIXED, TWOS, BITS, GMAX)
+            if XHAT_R_ON:
+                XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
+                gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, _word(x_lo, x_hi, XHAT_R.dtype.element_ty))
+            else:
+                gl.store(CODES_R + (2 * (r0 + i) + half) * (C // 2) + w, (c_lo | (c_hi << 4)).to(gl.uint8))
+                gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // B) + g2, sb.to(gl.uint8))
+        # ---- the column copy: words to 4 row pairs of a word column a thread
+        ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
+        oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
+        e_lo, e_hi = _halves(ec)
+        o_lo, o_hi = _halves(oc)
+        for half in gl.static_range(2):  # element column 2w + half: the low or high halves
+            ye = e_lo if half == 0 else e_hi
+            yo = o_lo if half == 0 else o_hi
+            bits = gl.maximum(ye.to(gl.int32, bitcast=True) & 0x7FFFFFFF, yo.to(gl.int32, bitcast=True) & 0x7FFFFFFF)
+            sb, mult, sv, bad = _block_scales(gl.max(bits, axis=1), s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN,
+                                              S_MBITS, S_GMAX, S_MIN, NANB)
+            c_e, _ = _quant(ye, mult, sv, bad, s_c, 1, EMIN, MBITS, FIXED, TWOS, BITS, GMAX)
+            c_o, _ = _quant(yo, mult, sv, bad, s_c, 1, EMIN, MBITS, FIXED, TWOS, BITS, GMAX)
+            gl.store(CODES_C + (2 * wc + half) * (R // 2) + r0 + ic, (c_e | (c_o << 4)).to(gl.uint8))
+            gl.store(SCALES_C + (2 * wj + half) * (R // B) + r0 // WB + j, sb.to(gl.uint8))
+    if FUSE_AMAX:
+        gl.atomic_max(AMAX_BITS, tile_max)
+    if (pid_r == 0) & (pid_c == 0):
+        gl.store(TS_OUT, s_r)
+        gl.store(TS_OUT + 1, s_c)
+
+
+def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: bool, codes_on: tuple, xhat_on: tuple,
+            unscaled: bool, xhat_dtype, config: tuple = CONFIG) -> bool:
+    """Whether _rowcol_kernel serves this row+col call (the module doc's scope): the column
+    copy packed, the row copy packed or decoded (unscaled, 16-bit)."""
+    bm, bk, _, iters = config
+    R, C = x.shape
+    outputs_ok = codes_on == (True, True) and xhat_on == (False, False) or (
+        codes_on == (False, True) and xhat_on == (True, False) and unscaled
+        and xhat_dtype in (torch.bfloat16, torch.float16))
+    return (x.dtype == torch.bfloat16 and spec.packed and spec.block in (16, 32) and not spec.tile_2d
+            and not spec.per_tensor and rounding_r == "rtne" and rounding_c == "rtne" and not rht and outputs_ok
+            and R % (bm * iters) == 0 and C % bk == 0)
+
+
+def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
+    """_rowcol_kernel's constexprs from quantize._constexprs' (which it shares but for
+    the tile, the layouts' warps and what it does not take)."""
+    bm, bk, warps, iters = config
+    drop = ("TILE2D", "MODE")
+    return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=bm, BK=bk, NW=warps, ITERS=iters,
+                num_warps=warps)
+
+
+def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
+    return (R // (config[0] * config[3]), C // config[1])
+
+
+def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False):
+    """_rowcol_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the
+    CPU tier checks (tests/unit/test_rowcol_gluon.py)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r)
+    warps = consts.pop("num_warps")
+    fn = _rowcol_kernel
+    types = dict(X="*bf16", XHAT_R="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32", TS_OUT="*fp32", R="i32", C="i32")
+    sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
+    sig.update({k: "constexpr" for k in consts})
+    aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "R", "C")
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))

@@ -1,0 +1,97 @@
+"""The Gluon row+col quantizer (kernels/rowcol_gluon.py) without a GPU: which calls it takes,
+and that it compiles for sm_90a with this Triton (the device runs 3.6) into what its design
+says: 16-byte loads, the transpose through shared memory, 32-bit code stores (16-byte x_hat
+stores), no spills.
+Its bytes are checked against the reference on the GPU (tests/gpu/test_fused_gpu.py).
+
+The compiles run in a child process with a fresh Triton cache (as test_gemm_wgmma.py's: the
+interpreter's patches of triton.language break a later real compile in this process)."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+
+from fourcast.kernels import testing
+from fourcast.kernels.utils import parse_fmt
+
+rg = pytest.importorskip("fourcast.kernels.rowcol_gluon", reason="this Triton has no Gluon")
+F = testing.FORMATS
+
+_CHILD = r"""
+import json, os, re, subprocess, sys, tempfile
+import triton
+from fourcast.kernels import quantize as qk, rowcol_gluon as rg, testing
+from fourcast.kernels.utils import parse_fmt
+
+fmt, cfg, fuse, xhat = json.loads(sys.argv[1])
+k = rg.compile_sm90(qk._constexprs(parse_fmt(testing.FORMATS[fmt]), "rtne"), tuple(cfg), fuse, xhat)
+bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+    f.write(k.asm["cubin"])
+    f.flush()
+    res = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name], capture_output=True, text=True,
+                         check=True).stdout
+ptx = k.asm["ptx"]
+print(json.dumps(dict(local=int(re.search(r"LOCAL:(\d+)", res).group(1)), shared=k.metadata.shared,
+                      ld_v4=len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)),
+                      ld_shared=len(re.findall(r"ld\.shared", ptx)),
+                      st_b32=len(re.findall(r"st\.global(?:\.\w+)*\.b32", ptx)),
+                      st_v4=len(re.findall(r"st\.global(?:\.\w+)*\.v4\.b32", ptx)),
+                      atom=len(re.findall(r"atom\.global(?:\.\w+)*\.max", ptx)))))
+"""
+
+
+def _compiled(fmt, cfg, fuse=False, xhat=False) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory() as cache:
+        env["TRITON_CACHE_DIR"] = cache
+        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([fmt, list(cfg), fuse, xhat])], capture_output=True,
+                             text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("fmt,cfg,fuse", [("nvfp4", rg.CONFIG, False), ("mxfp4", rg.CONFIG, True),
+                                          ("int4-ue5m3", (128, 128, 8, 1), False), ("ufp4", (64, 128, 8, 2), False)])
+def test_compiles_for_sm90_as_designed(fmt, cfg, fuse):
+    bm, bk, warps, iters = cfg
+    k = _compiled(fmt, cfg, fuse)
+    assert k["local"] == 0  # nothing spilled
+    per_thread = iters * bm * bk // (32 * warps)  # elements
+    assert k["ld_v4"] == per_thread // 8  # rows 2i and 2i + 1: 4 words (8 elements) a load
+    assert k["shared"] > 0 and k["ld_shared"] > 0  # the transpose
+    assert k["st_b32"] >= per_thread // 4  # code bytes 4 a store: per_thread / 2 bytes a copy
+    assert k["atom"] == (1 if fuse else 0)
+
+
+def test_decoded_row_goes_out_16_bytes_a_store():
+    """The X call's row copy as x_hat: a thread's 8 elements of a row as one 16-byte store."""
+    bm, bk, warps, iters = rg.CONFIG
+    k = _compiled("ue5m3", rg.CONFIG, xhat=True)
+    assert k["local"] == 0
+    assert k["st_v4"] == iters * bm * bk // (32 * warps) // 8
+
+
+def _applies(x, fmt="nvfp4", rounding="rtne", rht=False, codes=(True, True), xhat=(False, False), unscaled=True,
+             dtype=torch.bfloat16, config=rg.CONFIG):
+    return rg.applies(x, parse_fmt(F[fmt]), rounding, rounding, rht, codes, xhat, unscaled, dtype, config)
+
+
+def test_applies_to_its_scope_only():
+    x = torch.zeros(128, 256, dtype=torch.bfloat16)
+    assert _applies(x) and _applies(x, "mxfp4") and _applies(x, "ufp4-int4") and _applies(x, "int4-ue5m3")
+    assert not _applies(x, "nvfp4-2d") and not _applies(x, "mxfp8") and not _applies(x, "fp8")
+    assert not _applies(x, rounding="sr") and not _applies(x, rounding="sr16") and not _applies(x, rht=True)
+    assert not _applies(x, codes=(True, False)) and not _applies(x, xhat=(True, False))
+    x_call = dict(codes=(False, True), xhat=(True, False))  # ops.rowcol_operands' X call
+    assert _applies(x, **x_call) and _applies(x, dtype=torch.float16, **x_call)
+    assert not _applies(x, unscaled=False, **x_call) and not _applies(x, dtype=torch.float32, **x_call)
+    assert not _applies(x, codes=(True, False), xhat=(False, True))  # a decoded column copy
+    assert not _applies(x.float()) and not _applies(x[:96]) and not _applies(x[:, :192])
+    assert _applies(x[:, :128]) and not _applies(x[:, :128], config=(64, 256, 4, 1))
+    assert _applies(x, config=(64, 128, 4, 2)) and not _applies(x, config=(64, 128, 4, 4))
