@@ -1346,6 +1346,15 @@ def qlinear_graphed():
             row[f"{name} fused"] = dict(ms=t, ratio=t / t0, bf16_next_ms=t_next, ratio_next=t / t_next)
             t = ms(step, rep=50)  # the same layer, launched from Python (against the graphed bf16)
             row[f"{name} fused eager"] = dict(ms=t, ratio=t / t0)
+            if ARGS.rowcol_pin:  # the same graphed step with every row+col call on the strip kernel
+                qk.CONFIG_OVERRIDE["rowcol"] = "strip"
+                try:
+                    t = ms(cuda_graphed(step), rep=50)
+                finally:
+                    qk.CONFIG_OVERRIDE.pop("rowcol", None)
+                t_next = ms(base_graph, rep=50)
+                row[f"{name} fused, row+col on strip"] = dict(ms=t, ratio=t / t0, bf16_next_ms=t_next,
+                                                               ratio_next=t / t_next)
         RES.setdefault("qlinear_graphed", []).append(row)
         log(row)
         save()
@@ -1421,6 +1430,8 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated section names to run")
     ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather, rowcol_gluon: samples of every shape, "
                     "in turn")
+    ap.add_argument("--rowcol-pin", action="store_true", help="qlinear_graphed: also time each recipe with "
+                    "quantize_rowcol pinned to the strip kernel (the Gluon route's effect)")
     ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
     ARGS = ap.parse_args()

@@ -107,6 +107,25 @@ def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unsc
                 rht=rn_c, out=out, instr=n, per_elem=n / (br * bc / (32 * warps)))
 
 
+def gluon(fmt: str, xhat_r: bool = False) -> dict:
+    """rowcol_gluon's kernel (RTNE, no RHT) at its default tile: both copies packed, or the
+    X call's decoded row (unscaled) + packed column. Its loop over ITERS row tiles is
+    unrolled, so the count covers all of a program's tiles."""
+    from fourcast.kernels import rowcol_gluon as rg
+
+    spec = parse_fmt(_fmt(fmt))
+    bm, bk, warps, iters = rg.CONFIG
+    k = rg.compile_sm90(qk._constexprs(spec, "rtne"), rg.CONFIG, fuse=False, xhat_r=xhat_r)
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        n = _count(subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout)
+    return dict(kernel=f"rowcol gluon {bm}x{bk} x{iters}", fmt=fmt, rounding="rtne", rht=0,
+                out="x_hat unscaled+codes" if xhat_r else "codes", instr=n,
+                per_elem=n / (iters * bm * bk / (32 * warps)))
+
+
 CASES = [
     ("e2m1/e4m3/16/te", "rtne", 0), ("e2m1/ue8m0/32/floor", "rtne", 0), ("e2m1/ue5m3/16/te", "rtne", 0),
     ("e1m2/ue5m3/16/te", "rtne", 0), ("e2m1/e4m3/16/te", "sr", 0), ("e2m1/e4m3/16/te", "rtne", 16),
@@ -130,6 +149,9 @@ def main() -> None:
         rows.append(strip("e2m1/ue5m3/16/te", "sr16", codes=(False, False), xhat=(True, True), unscaled=True))
         rows.append(strip("e2m1/e4m3/16/te", "sr", codes=(False, False), xhat=(True, True), unscaled=True, rn_c=16))
         rows.append(strip("e2m1/ue8m0/32/floor", "rtne"))
+        rows.append(gluon("e2m1/e4m3/16/te"))
+        rows.append(gluon("e2m1/ue5m3/16/te", xhat_r=True))
+        rows.append(gluon("e2m1/ue8m0/32/floor"))
     if args.json:
         print(json.dumps(rows, indent=1))
         return

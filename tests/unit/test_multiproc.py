@@ -5,7 +5,9 @@ checked against one process that sees the same global batch.
 Two torchrun launches run one after the other: bf16 DDP exactly as a user runs it (the CLI
 creates and destroys the process group), and ue5m3 DDP, bf16 FSDP2, ue5m3 FSDP2 one after
 the other in one process group the worker creates first (re-creating a destroyed group
-in one process can hang with torchrun's store). This file is its own worker
+in one process can hang with torchrun's store); a launch whose rank aborts inside gloo
+(GLOO_ABORT, a torch-internal std::terminate seen only on a loaded machine) runs once more.
+This file is its own worker
 (`python test_multiproc.py worker PLAN`), which also records, through a Python audit
 hook, every file each rank writes under the run folders.
 
@@ -122,8 +124,12 @@ if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "worker":
 
 # ---------------------------------------------------------------- the tests
 
+import shutil  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+GLOO_ABORT = "terminate called without an active exception"
 
 
 @pytest.fixture(scope="module")
@@ -161,13 +167,24 @@ def launched(text, tmp_path_factory):
     # aborted a rank inside gloo (std::terminate; sessions 14 and 16), nothing of fourcast's.
     launches = (("cli", first, False), ("rest", rest, True))
     for name, plan_runs, preinit in launches:
-        proc = _launch(root, name, plan_runs, text, preinit)
-        try:
-            out, _ = proc.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            pytest.fail(f"torchrun launch '{name}' ran past 240 s")
-        if proc.returncode != 0:
+        for attempt in (1, 2):
+            proc = _launch(root, name, plan_runs, text, preinit)
+            try:
+                out, _ = proc.communicate(timeout=240)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                pytest.fail(f"torchrun launch '{name}' ran past 240 s")
+            if proc.returncode == 0:
+                break
+            if attempt == 1 and GLOO_ABORT in out:
+                # Seen three times in about fifteen CI runs, each with a second job loading
+                # the 2-core machine (sessions 14, 16, 17): a rank's std::terminate inside
+                # torch's gloo threads, in runs that otherwise train normally. The launch runs
+                # again from clean folders, once; every check below is on the second run.
+                print(f"torchrun launch '{name}': a rank aborted inside gloo; launching it again")
+                for folder in plan_runs.values():
+                    shutil.rmtree(folder, ignore_errors=True)
+                continue
             pytest.fail(f"torchrun launch '{name}' failed ({proc.returncode}):\n{out[-6000:]}")
     logs = []
     for r in range(WORLD):

@@ -39,7 +39,7 @@ from triton.experimental.gluon import language as gl
 
 from fourcast.kernels.quantize import _block_scales, _quant_elems, _tensor_scales
 
-# (BM, BK, warps, row tiles a program). The io floor's fastest tiles were 64 x 128 on 4 warps
+# (BM, BK, warps, row tiles a program[, maxnreg]). The io floor's fastest tiles were 64 x 128 on 4 warps
 # and 128 x 128 on 4 (67-68% of copy, session 16); with the arithmetic, 64 x 128 on 8 warps,
 # two row tiles a program (120 registers), was among the fastest in both shapes (session 17).
 CONFIG = (64, 128, 8, 2)
@@ -169,7 +169,7 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: bool, 
             unscaled: bool, xhat_dtype, config: tuple = CONFIG) -> bool:
     """Whether _rowcol_kernel serves this row+col call (the module doc's scope): the column
     copy packed, the row copy packed or decoded (unscaled, 16-bit)."""
-    bm, bk, _, iters = config
+    bm, bk, _, iters = config[:4]
     R, C = x.shape
     outputs_ok = codes_on == (True, True) and xhat_on == (False, False) or (
         codes_on == (False, True) and xhat_on == (True, False) and unscaled
@@ -182,17 +182,19 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: bool, 
 def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     """_rowcol_kernel's constexprs from quantize._constexprs' (which it shares but for
     the tile, the layouts' warps and what it does not take)."""
-    bm, bk, warps, iters = config
+    bm, bk, warps, iters = config[:4]
     drop = ("TILE2D", "MODE")
+    launch = dict(num_warps=warps, **({"maxnreg": config[4]} if len(config) > 4 and config[4] else {}))
     return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=bm, BK=bk, NW=warps, ITERS=iters,
-                num_warps=warps)
+                **launch)
 
 
 def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
     return (R // (config[0] * config[3]), C // config[1])
 
 
-def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False):
+def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False,
+                 maxnreg: int | None = None):
     """_rowcol_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the
     CPU tier checks (tests/unit/test_rowcol_gluon.py)."""
     import triton
@@ -201,6 +203,7 @@ def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, x
 
     consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r)
     warps = consts.pop("num_warps")
+    maxnreg = consts.pop("maxnreg", maxnreg)
     fn = _rowcol_kernel
     types = dict(X="*bf16", XHAT_R="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32", TS_OUT="*fp32", R="i32", C="i32")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
@@ -208,4 +211,5 @@ def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, x
     aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "R", "C")
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    options = dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
