@@ -376,13 +376,18 @@ def rowcol_gluon():
     for shape in QSIZES:
         x = rand(shape)
         amax = x.abs().amax().float()
-        calls = (("row+col nvfp4 delayed (codes)", nv, packed, 2, False, lambda: qk.quantize_rowcol(
+        dy_call = ((False, False), (True, True))
+        calls = (("row+col nvfp4 delayed (codes)", nv, "rtne", packed, 2, False, lambda: qk.quantize_rowcol(
                      x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)),
-                 ("row+col mxfp4 (codes)", mx, packed, 2, False, lambda: qk.quantize_rowcol(
+                 ("row+col mxfp4 (codes)", mx, "rtne", packed, 2, False, lambda: qk.quantize_rowcol(
                      x, mx, mx, "rtne", "rtne", 0, 0, None, None)),
-                 ("X: decoded row + packed col, ue5m3 delayed", ue, x_call, (1, 1), None, lambda: ops.rowcol_operands(
-                     x, ue, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))))
-        for name, f, (codes_on, xhat_on), copies, xhat, fn in calls:
+                 ("X: decoded row + packed col, ue5m3 delayed", ue, "rtne", x_call, (1, 1), None,
+                  lambda: ops.rowcol_operands(x, ue, tensor_amax=amax, tensor_amax_col=amax,
+                                              outputs=("decoded", "packed"))),
+                 ("dY: decoded row + col, ue5m3 delayed, SR16", ue, "sr16", dy_call, 2, True,
+                  lambda: ops.rowcol_operands(x, ue, rounding="sr16", seed=1, tensor_amax=amax, tensor_amax_col=amax,
+                                              outputs=("decoded", "decoded"))))
+        for name, f, rounding, (codes_on, xhat_on), copies, xhat, fn in calls:
             want = _route("strip", fn)
             times = {}
             for sample in range(ARGS.repeat):
@@ -395,8 +400,8 @@ def rowcol_gluon():
                     qk.CONFIG_OVERRIDE["rowcol_gluon"] = tile
                     try:
                         if sample == 0:
-                            routed = qk._gluon_rowcol_ok(x, qk.parse_fmt(f), "rtne", "rtne", False, codes_on, xhat_on,
-                                                         True, torch.bfloat16)
+                            routed = _route("gluon", lambda: qk._gluon_rowcol_ok(
+                                x, qk.parse_fmt(f), rounding, rounding, False, codes_on, xhat_on, True, torch.bfloat16))
                             same = routed and _same_tensors(_route("gluon", fn), want)
                             RES["checks"].append(dict(what=f"rowcol gluon {name} {tile} {shape}: routed there, "
                                                       "bytes = strip's", ok=same))
@@ -449,7 +454,7 @@ def qvariants(x):
             x, nv, nv, "sr", "sr", 0, 0, None, (16, s16), amax, amax)),
     )
     for name, copies, xhat, blk, fn in calls:
-        gluon = "RHT" not in name and "SR" not in name  # rowcol_gluon's scope
+        gluon = "RHT" not in name and ("SR" not in name or "SR16" in name)  # rowcol_gluon's scope
         for route in ("gluon", "strip", "transpose") if gluon else ("strip", "transpose"):
             yield f"{name} [{route}]", copies, xhat, blk, (lambda fn=fn, route=route: _route(route, fn))
     yield "fake-quant row nvfp4", 1, True, 16, lambda: fk.fake_quant(x, nv)

@@ -167,9 +167,63 @@ def test_rowcol_gluon_x_call_decoded_row(name, dtype):
         assert testing.packed_diff(col, ref.quantize(x, f, axis=0, tensor_amax=amax)) == []
 
 
+GLUON_SR16 = ["ue5m3", "nvfp4", "ufp4", "ufp4-int4", "int4-ue5m3", "e1m2-mx16"]  # blocks of 16
+
+
+@pytest.mark.parametrize("name", GLUON_SR16)
+def test_rowcol_gluon_sr16_equals_reference(name, monkeypatch):
+    """"sr16" on both copies (the column copy's stream at offset + numel), packed: the
+    reference's bits, at a base offset past 2^32, on the Gluon kernel (pinned: its "sr16"
+    calls are slower than the strip kernel's, which serves them by default)."""
+    _hopper()
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
+    f = F[name]
+    x = testing.make_input("heavy", (384, 640), torch.bfloat16, DEV, seed=13)
+    x[5, 77] = float("nan")
+    spec = qk.parse_fmt(f)
+    plan = qk._rowcol_plan(x, spec, "sr16", "sr16", 0, 0, (True, True), (False, False), False, spec.two_level,
+                           not spec.two_level)
+    assert plan["route"] == "gluon"
+    for _ in range(2):
+        testing.check_rowcol(x, f, "sr16", "sr16", 21, 2**33 + 48)
+
+
+@pytest.mark.parametrize("name", ["ue5m3", "nvfp4", "ufp4"])
+def test_rowcol_gluon_dy_call_decoded_both(name, monkeypatch):
+    """The dY call (ops.rowcol_operands: both copies decoded, "sr16", the seed as a device
+    int64 as under CUDA graphs, and as an int) on the Gluon kernel (pinned): both x_hat
+    copies are the reference's unscaled x_hat bit for bit, in x's orientation."""
+    _hopper()
+    from fourcast.kernels import ops
+
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
+    f = F[name]
+    x = testing.make_input("heavy", (256, 768), torch.bfloat16, DEV, seed=17)
+    x[200, 3] = float("inf")
+    amax = x[x.isfinite()].abs().amax().float()
+    plan = qk._rowcol_plan(x, qk.parse_fmt(f), "sr16", "sr16", 0, 0, (False, False), (True, True), True, False,
+                           False, torch.bfloat16)
+    assert plan["route"] == "gluon"
+    want_r = testing.dequantize_unscaled(ref.quantize(x, f, rounding="sr16", seed=7, offset=96, tensor_amax=amax),
+                                         x.dtype)
+    want_c = testing.dequantize_unscaled(ref.quantize(x, f, axis=0, rounding="sr16", seed=7, offset=96 + x.numel(),
+                                                      tensor_amax=amax), x.dtype)
+    for seed in (7, torch.tensor([7], dtype=torch.int64, device=DEV)):
+        row, col = ops.rowcol_operands(x, f, rounding="sr16", seed=seed, offset=96, tensor_amax=amax,
+                                       tensor_amax_col=amax, outputs=("decoded", "decoded"))
+        assert torch.equal(testing.bits(row.values), testing.bits(want_r))
+        assert torch.equal(testing.bits(col.values), testing.bits(want_c))
+    # and one copy of each kind: the row packed, the column decoded
+    row, col = ops.rowcol_operands(x, f, rounding="sr16", seed=7, offset=96, tensor_amax=amax, tensor_amax_col=amax,
+                                   outputs=("packed", "decoded"))
+    assert testing.packed_diff(row, ref.quantize(x, f, rounding="sr16", seed=7, offset=96, tensor_amax=amax)) == []
+    assert torch.equal(testing.bits(col.values), testing.bits(want_c))
+
+
 def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
-    """What rowcol_gluon does not cover goes to the strip kernel: SR, an RHT, x_hat outputs,
-    16 x 16 tiles, shapes off its tile, f32 input; and CONFIG_OVERRIDE pins the strip kernel."""
+    """What rowcol_gluon does not cover goes to the strip kernel: "sr" and "sr4", "sr16" on
+    blocks of 32, an RHT, a scaled x_hat or a copy written both ways, 16 x 16 tiles, shapes off
+    its tile, f32 input; "sr16" calls unless pinned to it; CONFIG_OVERRIDE pins either kernel."""
     _hopper()
     nv = qk.parse_fmt(F["nvfp4"])
     x = torch.zeros(512, 768, dtype=torch.bfloat16, device=DEV)
@@ -179,7 +233,11 @@ def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
 
     assert route() == "gluon"
     assert route(codes=(False, True), xhat=(True, False)) == "strip"  # a scaled x_hat
-    assert route(rounding="sr") == route(rn=16) == route(xhat=(True, False)) == route(xhat=(False, True)) == "strip"
+    assert route(rounding="sr") == route(rounding="sr4") == route(rn=16) == route(xhat=(True, False)) == "strip"
+    assert route(rounding="sr16") == "strip"  # by measurement; pinned, the Gluon kernel takes it:
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
+    assert route(rounding="sr16") == "gluon" and route(spec=qk.parse_fmt(F["mxfp4"]), rounding="sr16") == "strip"
+    monkeypatch.delitem(qk.CONFIG_OVERRIDE, "rowcol")
     assert route(spec=qk.parse_fmt(F["nvfp4-2d"])) == route(spec=qk.parse_fmt(F["mxfp8"])) == "strip"
     assert route(x=x[:, :704]) == route(x=x[:480]) == route(x=x.float()) == "strip"
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")

@@ -28,8 +28,8 @@ import triton
 from fourcast.kernels import quantize as qk, rowcol_gluon as rg, testing
 from fourcast.kernels.utils import parse_fmt
 
-fmt, cfg, fuse, xhat = json.loads(sys.argv[1])
-k = rg.compile_sm90(qk._constexprs(parse_fmt(testing.FORMATS[fmt]), "rtne"), tuple(cfg), fuse, xhat)
+fmt, cfg, fuse, xhat, extra = json.loads(sys.argv[1])
+k = rg.compile_sm90(qk._constexprs(parse_fmt(testing.FORMATS[fmt]), "rtne"), tuple(cfg), fuse, xhat, **extra)
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
     f.write(k.asm["cubin"])
@@ -46,11 +46,11 @@ print(json.dumps(dict(local=int(re.search(r"LOCAL:(\d+)", res).group(1)), shared
 """
 
 
-def _compiled(fmt, cfg, fuse=False, xhat=False) -> dict:
+def _compiled(fmt, cfg, fuse=False, xhat=False, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory() as cache:
         env["TRITON_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([fmt, list(cfg), fuse, xhat])], capture_output=True,
+        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([fmt, list(cfg), fuse, xhat, extra])], capture_output=True,
                              text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -67,6 +67,16 @@ def test_compiles_for_sm90_as_designed(fmt, cfg, fuse):
     assert k["shared"] > 0 and k["ld_shared"] > 0  # the transpose
     assert k["st_b32"] >= per_thread // 4  # code bytes 4 a store: per_thread / 2 bytes a copy
     assert k["atom"] == (1 if fuse else 0)
+
+
+def test_sr16_dy_call_compiles_without_spills():
+    """The dY call (both copies decoded, "sr16", the seed in device memory as under CUDA
+    graphs): no spills; both x_hat copies go out 16 bytes a store (the column copy's through
+    a second layout conversion)."""
+    bm, bk, warps, iters = rg.CONFIG
+    k = _compiled("ue5m3", rg.CONFIG, xhat=True, xhat_c=True, mode=4, seed_ptr=True)
+    assert k["local"] == 0
+    assert k["st_v4"] == 2 * iters * bm * bk // (32 * warps) // 8
 
 
 def test_decoded_row_goes_out_16_bytes_a_store():
@@ -86,12 +96,16 @@ def test_applies_to_its_scope_only():
     x = torch.zeros(128, 256, dtype=torch.bfloat16)
     assert _applies(x) and _applies(x, "mxfp4") and _applies(x, "ufp4-int4") and _applies(x, "int4-ue5m3")
     assert not _applies(x, "nvfp4-2d") and not _applies(x, "mxfp8") and not _applies(x, "fp8")
-    assert not _applies(x, rounding="sr") and not _applies(x, rounding="sr16") and not _applies(x, rht=True)
-    assert not _applies(x, codes=(True, False)) and not _applies(x, xhat=(True, False))
+    assert not _applies(x, rounding="sr") and not _applies(x, rounding="sr4") and not _applies(x, rht=True)
+    assert _applies(x, rounding="sr16") and not _applies(x, "mxfp4", rounding="sr16")  # "sr16": a block is a group
+    assert not rg.applies(x, parse_fmt(F["nvfp4"]), "rtne", "sr16", False, (True, True), (False, False), True,
+                          torch.bfloat16)  # one rounding for both copies
+    assert not _applies(x, codes=(True, False)) and not _applies(x, xhat=(True, True))  # one output a copy
     x_call = dict(codes=(False, True), xhat=(True, False))  # ops.rowcol_operands' X call
     assert _applies(x, **x_call) and _applies(x, dtype=torch.float16, **x_call)
     assert not _applies(x, unscaled=False, **x_call) and not _applies(x, dtype=torch.float32, **x_call)
-    assert not _applies(x, codes=(True, False), xhat=(False, True))  # a decoded column copy
+    dy_call = dict(codes=(False, False), xhat=(True, True), rounding="sr16")  # both decoded, "sr16"
+    assert _applies(x, "ue5m3", **dy_call) and _applies(x, codes=(True, False), xhat=(False, True))
     assert not _applies(x.float()) and not _applies(x[:96]) and not _applies(x[:, :192])
     assert _applies(x[:, :128]) and not _applies(x[:, :128], config=(64, 256, 4, 1))
     assert _applies(x, config=(64, 128, 4, 2)) and not _applies(x, config=(64, 128, 4, 4))

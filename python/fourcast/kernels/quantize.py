@@ -952,8 +952,12 @@ def _rowcol_gluon():
 def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rht: bool, codes_on: tuple,
                      xhat_on: tuple, unscaled: bool = False, xhat_dtype=None) -> bool:
     """rowcol_gluon serves this call: in its scope (rowcol_gluon.applies), on an sm_90 GPU
-    (gemm's device check), with Gluon importable."""
+    (gemm's device check), with Gluon importable; "sr16" calls only where pinned there
+    (CONFIG_OVERRIDE["rowcol"] = "gluon"): the dY call ran 1.10-1.14x the strip kernel's
+    time on the H200 (kernels-h200.md, session 17), so the strip kernel keeps them."""
     if interpreting() or not x.is_cuda:
+        return False
+    if rounding_r != "rtne" and CONFIG_OVERRIDE.get("rowcol") != "gluon":
         return False
     from fourcast.kernels.gemm import _capability
 
@@ -1020,7 +1024,8 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     grid = (_cdiv(R, br * iters), _cdiv(C, bc))
     if route == "gluon":
         rg, cfg = _rowcol_gluon(), _gluon_config()
-        consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0])
+        consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0],
+                      XHAT_C_ON=xhat_on[1], MODE=ROUND_ID[rounding_r], SEED_PTR=False)
         grid = rg.grid(R, C, cfg)
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
@@ -1087,16 +1092,17 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
                     for i, a in enumerate((amax_r, amax_c)))
     from fourcast.kernels import strip
 
+    seed, seed_ptr = seed_arg(seed, dev, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2)
     if plan["route"] == "gluon":
         if plan["amax"] is not None:
             launcher.run(strip._strip_amax_kernel, plan["amax"][0], (x, amax_bits, sr_, sc_, R, C), plan["amax"][1])
         if fuse:  # one amax (no RHT): the kernel records it once, at amax_bits[0]
             amax_in = (measured[0], measured[0])
         launcher.run(_rowcol_gluon()._rowcol_kernel, plan["grid"],
-                     (x, codes_r, scales_r, xhat_r, codes_c, scales_c, amax_bits, *amax_in, ts, R, C), plan["consts"])
+                     (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, R, C, seed,
+                      int(offset), int(offset) + R * C), plan["consts_seed_ptr" if seed_ptr else "consts"])
         return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax_in)
     kernel = strip._strip_kernel if plan["route"] == "strip" else _rowcol_kernel
-    seed, seed_ptr = seed_arg(seed, dev, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2)
     args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
             seed, int(offset), int(offset) + R * C)
     if plan["route"] != "strip":

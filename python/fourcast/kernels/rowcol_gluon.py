@@ -19,13 +19,17 @@ the quantizer's arithmetic on that tiling:
   that owns the block.
 
 The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, written to
-serve both frontends), so codes, scale bytes and tensor scales equal reference.quantize
-bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D blocks of 16 or
-32, round-to-nearest-even, no RHT, both copies packed or the row copy decoded (unscaled x_hat,
-what ops.rowcol_operands' X call asks for), tensor amaxes given or measured by strip.py's
-amax pass (or recorded here, for a format without a tensor scale), R a multiple of BM x
-ITERS and C of BK. quantize.launch_rowcol routes those calls here on an sm_90 GPU (route
-"gluon") and every other one to strip.py.
+serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
+reference.quantize bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D
+blocks of 16 or 32, no RHT, bf16 input, R a multiple of BM x ITERS and C of BK; each copy
+packed or decoded (unscaled x_hat in x's orientation: the column copy's goes back to the row
+layout through a second conversion); round-to-nearest-even, or "sr16" on both copies with
+blocks of 16 (a block is a Philox group: philox.sr_uniform_group's stream, the column copy's
+at offset + numel); tensor amaxes given or measured by strip.py's amax pass (or recorded here,
+for a format without a tensor scale). quantize.launch_rowcol routes its RTNE calls here on an
+sm_90 GPU (route "gluon"), and its "sr16" calls only where CONFIG_OVERRIDE pins "gluon": the
+dY call (both copies decoded, "sr16") ran 1.10-1.14x the strip kernel's time (session 17;
+each Philox group is drawn on the two lanes that share it). Every other call goes to strip.py.
 
 Gluon has no interpreter: the CPU tier compiles this kernel for sm_90a offline
 (tests/unit/test_rowcol_gluon.py), tests/gpu checks its bytes.
@@ -34,6 +38,7 @@ Gluon has no interpreter: the CPU tier compiles this kernel for sm_90a offline
 from __future__ import annotations
 
 import torch
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -59,12 +64,13 @@ def _abs_bits(v):
 
 
 @gluon.jit
-def _quant(y, sb_mult, sb_sv, sb_bad, ts, AXIS: gl.constexpr, EMIN: gl.constexpr, MBITS: gl.constexpr,
-           FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr):
+def _quant(y, sb_mult, sb_sv, sb_bad, ts, u, AXIS: gl.constexpr, EMIN: gl.constexpr, MBITS: gl.constexpr,
+           FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, MODE: gl.constexpr):
     """(4-bit codes, unscaled x_hat) of y given its blocks' multipliers, decoded scales and
-    non-finite flags (reduced along AXIS, broadcast back here), round-to-nearest-even."""
+    non-finite flags (reduced along AXIS, broadcast back here): round-to-nearest-even (MODE
+    0) or "sr16" (MODE 4, u: each element's byte)."""
     return _quant_elems(y, gl.expand_dims(sb_mult, AXIS), gl.expand_dims(sb_sv, AXIS), gl.expand_dims(sb_bad, AXIS),
-                        ts, y, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, 0, True)
+                        ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, True)
 
 
 @gluon.jit
@@ -76,20 +82,61 @@ def _word(lo, hi, DTYPE: gl.constexpr):
 
 
 @gluon.jit
-def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT, R, C,
+def _sr16_bytes(seed, counter, n, AXIS: gl.constexpr):
+    """"sr16" bytes of a 16-element group's members n (philox.sr_uniform_group: one Philox
+    counter a group, member n takes byte n % 4 of word n // 4): counter holds the groups
+    (reduced along AXIS), n the members (broadcast along the others)."""
+    w0, w1, w2, w3 = tl.randint4x(seed, counter)
+    w0 = gl.expand_dims(w0, AXIS)
+    w1 = gl.expand_dims(w1, AXIS)
+    w2 = gl.expand_dims(w2, AXIS)
+    w3 = gl.expand_dims(w3, AXIS)
+    word = gl.where(n < 4, w0, gl.where(n < 8, w1, gl.where(n < 12, w2, w3)))
+    return ((word >> ((n % 4) * 8).to(gl.uint32)) & 0xFF).to(gl.int32)
+
+
+@gluon.jit
+def _col_half(ye, yo, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr,
+              TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
+              RULE: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr, S_GMAX: gl.constexpr,
+              S_MIN: gl.constexpr, NANB: gl.constexpr, MODE: gl.constexpr):
+    """One element column of the column copy ([column block, row pair in block, word column]:
+    ye its rows 2i, yo its rows 2i + 1): (code bytes of the row pairs, scale bytes, x_hat of
+    ye, x_hat of yo). Row 2p (+1) of a block is member 2p (+1) of its "sr16" group."""
+    bits = gl.maximum(ye.to(gl.int32, bitcast=True) & 0x7FFFFFFF, yo.to(gl.int32, bitcast=True) & 0x7FFFFFFF)
+    sb, mult, sv, bad = _block_scales(gl.max(bits, axis=1), s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
+                                      S_GMAX, S_MIN, NANB)
+    if MODE == 4:
+        u_e = _sr16_bytes(seed, counter, 2 * p, 1)
+        u_o = _sr16_bytes(seed, counter, 2 * p + 1, 1)
+    else:
+        u_e = ye
+        u_o = yo
+    c_e, x_e = _quant(ye, mult, sv, bad, s_c, u_e, 1, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
+    c_o, x_o = _quant(yo, mult, sv, bad, s_c, u_o, 1, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
+    return (c_e | (c_o << 4)).to(gl.uint8), sb.to(gl.uint8), x_e, x_o
+
+
+@gluon.jit
+def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT,
+                   R, C, seed, offset_r, offset_c,
                    EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr,
                    BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
                    RULE: gl.constexpr, B: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr,
                    S_GMAX: gl.constexpr, S_MIN: gl.constexpr, NUM: gl.constexpr, NANB: gl.constexpr,
-                   FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr,
-                   NW: gl.constexpr, ITERS: gl.constexpr):
+                   FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, XHAT_C_ON: gl.constexpr, MODE: gl.constexpr,
+                   SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
+                   ITERS: gl.constexpr):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on, loading tile it + 1 before it quantizes tile it (as strip.py's
     ITERS); a tile is H row pairs of W words, with blocks of WB words (row copy) or WB row
     pairs (column copy). FUSE_AMAX: formats without a tensor scale record the amax (bits, an
-    atomic max a program) at AMAX_BITS[0]: both copies' (no RHT: the same). XHAT_R_ON: the row
-    copy is written decoded (unscaled x_hat, value x block scale, exact in XHAT_R's 16-bit
-    type: two a word) instead of as codes and scale bytes."""
+    atomic max a program) at AMAX_BITS[0]: both copies' (no RHT: the same). XHAT_R_ON /
+    XHAT_C_ON: that copy is written decoded (unscaled x_hat, value x block scale, exact in
+    the 16-bit type of XHAT_R / XHAT_C, in x's orientation: two a word) instead of as codes
+    and scale bytes. MODE: 0 round-to-nearest-even, 4 "sr16" (blocks of 16: a block is a
+    Philox group; seed, or the int64 it points to (SEED_PTR); the column copy's stream at
+    offset_c, as quantize.launch_rowcol's)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = B // 2
@@ -100,6 +147,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, AMAX_BITS, A
     LC: gl.constexpr = gl.BlockedLayout([1, 4, 1], [8 // TB, TB, 4], [1, 1, NW], [1, 0, 2])
     pid_r = gl.program_id(0)
     pid_c = gl.program_id(1)
+    if SEED_PTR:
+        seed = gl.load(seed)
     s_r, p_r = _tensor_scales(gl.load(AMAX_IN_R), False, RULE, NUM)
     s_c, p_c = _tensor_scales(gl.load(AMAX_IN_C), False, RULE, NUM)
     # row copy indices (row pairs from the tile's first), and the column copy's
@@ -109,8 +158,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, AMAX_BITS, A
     w = pid_c * W + g * WB + k
     i2 = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None]
     g2 = pid_c * (W // WB) + gl.arange(0, W // WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LR)))[None, :]
-    ic = (gl.arange(0, H // WB, layout=gl.SliceLayout(1, gl.SliceLayout(2, LC)))[:, None, None] * WB
-          + gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LC)))[None, :, None])
+    p = gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LC)))[None, :, None]
+    ic = gl.arange(0, H // WB, layout=gl.SliceLayout(1, gl.SliceLayout(2, LC)))[:, None, None] * WB + p
     wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, None, :]
     j = gl.arange(0, H // WB, layout=gl.SliceLayout(1, gl.SliceLayout(1, LC)))[:, None]
     wj = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, :]
@@ -135,8 +184,15 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, AMAX_BITS, A
             sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
                                               S_MIN, NANB)
             lo, hi = _halves(v)
-            c_lo, x_lo = _quant(lo, mult, sv, bad, s_r, 2, EMIN, MBITS, FIXED, TWOS, BITS, GMAX)
-            c_hi, x_hi = _quant(hi, mult, sv, bad, s_r, 2, EMIN, MBITS, FIXED, TWOS, BITS, GMAX)
+            if MODE == 4:  # word k of a block holds members 2k and 2k + 1 of its group
+                counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 + offset_r
+                u_lo = _sr16_bytes(seed, counter, 2 * k, 2)
+                u_hi = _sr16_bytes(seed, counter, 2 * k + 1, 2)
+            else:
+                u_lo = lo
+                u_hi = hi
+            c_lo, x_lo = _quant(lo, mult, sv, bad, s_r, u_lo, 2, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
+            c_hi, x_hi = _quant(hi, mult, sv, bad, s_r, u_hi, 2, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
             if XHAT_R_ON:
                 XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
                 gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, _word(x_lo, x_hi, XHAT_R.dtype.element_ty))
@@ -148,16 +204,26 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, AMAX_BITS, A
         oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
         e_lo, e_hi = _halves(ec)
         o_lo, o_hi = _halves(oc)
-        for half in gl.static_range(2):  # element column 2w + half: the low or high halves
-            ye = e_lo if half == 0 else e_hi
-            yo = o_lo if half == 0 else o_hi
-            bits = gl.maximum(ye.to(gl.int32, bitcast=True) & 0x7FFFFFFF, yo.to(gl.int32, bitcast=True) & 0x7FFFFFFF)
-            sb, mult, sv, bad = _block_scales(gl.max(bits, axis=1), s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN,
-                                              S_MBITS, S_GMAX, S_MIN, NANB)
-            c_e, _ = _quant(ye, mult, sv, bad, s_c, 1, EMIN, MBITS, FIXED, TWOS, BITS, GMAX)
-            c_o, _ = _quant(yo, mult, sv, bad, s_c, 1, EMIN, MBITS, FIXED, TWOS, BITS, GMAX)
-            gl.store(CODES_C + (2 * wc + half) * (R // 2) + r0 + ic, (c_e | (c_o << 4)).to(gl.uint8))
-            gl.store(SCALES_C + (2 * wj + half) * (R // B) + r0 // WB + j, sb.to(gl.uint8))
+        # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" group is its block
+        counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j + offset_c
+        b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS, BITS,
+                                             GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE)
+        b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
+                                             TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
+                                             NANB, MODE)
+        if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
+            XC_OUT = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
+            we = _word(xe_lo, xe_hi, XHAT_C.dtype.element_ty)
+            wo = _word(xo_lo, xo_hi, XHAT_C.dtype.element_ty)
+            we = gl.convert_layout(gl.reshape(gl.reshape(we, [H, W]), [H, W // WB, WB]), LR)
+            wo = gl.convert_layout(gl.reshape(gl.reshape(wo, [H, W]), [H, W // WB, WB]), LR)
+            gl.store(XC_OUT + (2 * (r0 + i)) * (C // 2) + w, we)
+            gl.store(XC_OUT + (2 * (r0 + i) + 1) * (C // 2) + w, wo)
+        else:
+            gl.store(CODES_C + (2 * wc) * (R // 2) + r0 + ic, b_lo)
+            gl.store(CODES_C + (2 * wc + 1) * (R // 2) + r0 + ic, b_hi)
+            gl.store(SCALES_C + (2 * wj) * (R // B) + r0 // WB + j, s_lo)
+            gl.store(SCALES_C + (2 * wj + 1) * (R // B) + r0 // WB + j, s_hi)
     if FUSE_AMAX:
         gl.atomic_max(AMAX_BITS, tile_max)
     if (pid_r == 0) & (pid_c == 0):
@@ -167,15 +233,15 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, AMAX_BITS, A
 
 def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: bool, codes_on: tuple, xhat_on: tuple,
             unscaled: bool, xhat_dtype, config: tuple = CONFIG) -> bool:
-    """Whether _rowcol_kernel serves this row+col call (the module doc's scope): the column
-    copy packed, the row copy packed or decoded (unscaled, 16-bit)."""
+    """Whether _rowcol_kernel serves this row+col call (the module doc's scope): each copy
+    packed or decoded (unscaled, 16-bit), RTNE, or "sr16" on both with blocks of 16."""
     bm, bk, _, iters = config[:4]
     R, C = x.shape
-    outputs_ok = codes_on == (True, True) and xhat_on == (False, False) or (
-        codes_on == (False, True) and xhat_on == (True, False) and unscaled
-        and xhat_dtype in (torch.bfloat16, torch.float16))
+    one_each = all(c != h for c, h in zip(codes_on, xhat_on))
+    decoded_ok = not any(xhat_on) or (unscaled and xhat_dtype in (torch.bfloat16, torch.float16))
+    rounding_ok = rounding_r == rounding_c and (rounding_r == "rtne" or rounding_r == "sr16" and spec.block == 16)
     return (x.dtype == torch.bfloat16 and spec.packed and spec.block in (16, 32) and not spec.tile_2d
-            and not spec.per_tensor and rounding_r == "rtne" and rounding_c == "rtne" and not rht and outputs_ok
+            and not spec.per_tensor and rounding_ok and not rht and one_each and decoded_ok
             and R % (bm * iters) == 0 and C % bk == 0)
 
 
@@ -194,21 +260,23 @@ def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
 
 
 def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False,
-                 maxnreg: int | None = None):
+                 maxnreg: int | None = None, xhat_c: bool = False, mode: int = 0, seed_ptr: bool = False):
     """_rowcol_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the
     CPU tier checks (tests/unit/test_rowcol_gluon.py)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r)
+    consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r, XHAT_C_ON=xhat_c, MODE=mode,
+                  SEED_PTR=seed_ptr)
     warps = consts.pop("num_warps")
     maxnreg = consts.pop("maxnreg", maxnreg)
     fn = _rowcol_kernel
-    types = dict(X="*bf16", XHAT_R="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32", TS_OUT="*fp32", R="i32", C="i32")
+    types = dict(X="*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32",
+                 TS_OUT="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64", offset_c="i64")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
     sig.update({k: "constexpr" for k in consts})
-    aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "R", "C")
+    aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "XHAT_C", "R", "C")
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     options = dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
