@@ -37,6 +37,14 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   the file has them; --check-runs are priced per call with the result (held out). Only those
   terms are fitted and written (the other fits do not run). benchmarks/calibration/
   quantize_calls.py lists the calls and their errors.
+- per call, within the pins: --pin-fit refits --pin-terms (default: every CALL_TERMS term) on
+  every quantize call of the given runs (default: training-h200 runs 10-18), constrained so
+  that every quantize class pinned in tests/unit/test_project.py (QUANT_PINS) stays inside its
+  bound less --pin-margin and no call kind of --pin-keep (default run 18) gets a larger max
+  |error| or a wider range (pin_problem; the class errors are linear in the terms). Least
+  squares of the relative error per call (Lawson-Hanson LSI) and the least max |error| (a
+  linear program), both printed; --write writes the first. Needs scipy (not a fourcast
+  dependency: imported only here).
 
 Quantizer revisions: profiles up to run 17 do not record which quantizer kernels ran, so `quant_rev_of`
 tags a committed run with the session whose kernels did (as project.project(quant_rev=...)
@@ -52,6 +60,8 @@ time the GPU waited for the host.
 
     python benchmarks/calibration/fit_emulation.py [--runs DIR] [--check-runs DIR...] [--measure gpu] [--write]
     python benchmarks/calibration/fit_emulation.py --call-fit RUN[,RUN...] [--check-runs DIR...] [--write]
+    python benchmarks/calibration/fit_emulation.py --pin-fit [RUN[,RUN...]] [--pin-terms T,...]
+        [--pin-keep RUN,...] [--pin-margin M] [--write]
 """
 
 from __future__ import annotations
@@ -59,6 +69,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import re
+from typing import NamedTuple
 
 import numpy as np
 
@@ -422,16 +433,19 @@ def call_summary(hw: fchw.Hardware, rows: list[dict]) -> dict[tuple, tuple[float
     return out
 
 
+def recipe_dirs(specs) -> list[pathlib.Path]:
+    """A recipe's run folder, or every one under a folder (paths, or relative to
+    benchmarks/results), that has GPU time per quantize call: a timeline step, and quantize
+    ops (not BF16)."""
+    out = []
+    for spec in specs:
+        path = pathlib.Path(spec) if pathlib.Path(spec).exists() else ROOT / "benchmarks/results" / spec
+        out += [path] if (path / "profile.json").is_file() else sorted(p.parent for p in path.rglob("profile.json"))
+    return [d for d in out if P.load_profile(d).get("gpu_ops") and call_rows(d)]
+
+
 def call_fit_main(args: argparse.Namespace) -> None:
     """--call-fit: the per-call refit of `--call-terms`, before/after per call, and --write."""
-    def recipe_dirs(specs) -> list[pathlib.Path]:  # a recipe's run folder, or every one under a folder
-        out = []
-        for spec in specs:
-            path = pathlib.Path(spec) if pathlib.Path(spec).exists() else ROOT / "benchmarks/results" / spec
-            out += [path] if (path / "profile.json").is_file() else sorted(p.parent for p in path.rglob("profile.json"))
-        # GPU time per call: runs with a timeline step, and quantize ops (not BF16)
-        return [d for d in out if P.load_profile(d).get("gpu_ops") and call_rows(d)]
-
     fit_dirs = recipe_dirs(r for r in args.call_fit.split(",") if r)
     checks = [d for d in recipe_dirs(args.check_runs) if d not in fit_dirs]
     fit_rows = [r for d in fit_dirs for r in call_rows(d)]
@@ -465,6 +479,314 @@ def call_fit_main(args: argparse.Namespace) -> None:
                              f"other terms as the file had them; held out per call: {held}: model-calibration-per-call.md, "
                              "session 16)")
                     for key, v in vals.items()})
+
+
+# The pinned quantize classes: tests/unit/test_project.py GPU_BOUNDS's "quantize" cells, as
+# {run folder: {recipe: |class error| bound}} (a unit test checks that the two agree).
+QUANT_PINS = {
+    "training-h200-run10/125m": {"ue5m3": 0.02, "nvfp4": 0.02, "ue5m3+sr4": 0.04, "nvfp4+sr4": 0.04, "mxfp4+sr4": 0.03},
+    "training-h200-run10/350m": {"ue5m3+sr4": 0.05},
+    "training-h200-run11/125m": {"mxfp4+sr4": 0.03, "nvfp4+sr4": 0.03, "ue5m3+sr4": 0.04},
+    "training-h200-run12/125m": {"ue5m3+sr4": 0.06, "ue5m3+sr16": 0.01, "nvfp4+sr16": 0.03},
+    "training-h200-run12/350m": {"ue5m3+sr4": 0.05, "ue5m3+sr16": 0.01},
+    "training-h200-run13/125m": {"ue5m3+sr16": 0.01},
+    "training-h200-run14/125m": {"ue5m3+sr16": 0.01, "mxfp4+sr16": 0.04},
+    "training-h200-run16/125m": {"ue5m3+sr16": 0.01, "mxfp4+sr16": 0.04},
+    "training-h200-run17/125m": {"ue5m3+sr16": 0.01, "mxfp4+sr16": 0.02},
+    "training-h200-run18/125m": {"ue5m3+sr16": 0.01, "mxfp4+sr16": 0.02},
+}
+PIN_FIT = tuple(f"training-h200-run{n}" for n in (10, 11, 12, 13, 14, 16, 17, 18))  # --pin-fit's default calls
+PIN_KEEP = ("training-h200-run18/125m",)  # --pin-keep's default: the current kernels' run
+PIN_MARGIN = 0.0005  # --pin-margin's default: how far inside its bound each pinned class is kept
+# How far past the start's max |error| and range a kept call kind may go: more than the
+# rounding of a fit written to the file (six significant digits: a few 1e-6), so that
+# --pin-fit from the written file is feasible (and moves the terms by no more than this).
+PIN_SLACK = 1e-5
+
+
+def pin_dirs(pins: dict = QUANT_PINS) -> list[pathlib.Path]:
+    """The recipe folders of the pinned classes."""
+    return [ROOT / "benchmarks/results" / run / recipe for run, cells in pins.items() for recipe in cells]
+
+
+def linear_errors(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(M, c): each call's relative error (model / GPU time - 1) as M @ values + c, values the
+    `free` CALL_TERMS in the TOML's units, the other terms as hw has them (ops.rs's emulation
+    price, before its floor)."""
+    X = np.array([r["features"] for r in rows]) * 1e6  # us per unit of each term
+    y = np.array([r["us"] for r in rows])
+    cols = [CALL_TERMS.index(t) for t in free]
+    fixed = [j for j in range(len(CALL_TERMS)) if j not in cols]
+    return X[:, cols] / y[:, None], X[:, fixed] @ term_values(hw)[fixed] / y - 1
+
+
+def class_errors(rows: list[dict], M: np.ndarray, c: np.ndarray,
+                 pins: dict = QUANT_PINS) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple]]:
+    """(C, cc, bound, cells): each pinned quantize class's error (model / GPU time - 1 of its
+    calls per step, as call_summary and project.project compute it) as C @ values + cc, from
+    its calls' relative errors M @ values + c weighted by their share of the class's GPU time."""
+    share = np.array([r["calls"] * r["us"] for r in rows])
+    C, cc, bound, cells = [], [], [], []
+    for run, recipes in pins.items():
+        for recipe, b in recipes.items():
+            sel = np.array([(r["run"], r["recipe"]) == (run, recipe) for r in rows])
+            if not sel.any():
+                raise SystemExit(f"pinned class {run}/{recipe}: no quantize calls in the rows")
+            wgt = np.where(sel, share, 0.0) / share[sel].sum()
+            C.append(wgt @ M)
+            cc.append(wgt @ c)
+            bound.append(b)
+            cells.append((run, recipe))
+    return np.array(C), np.array(cc), np.array(bound), cells
+
+
+def roofline_us(hw: fchw.Hardware, rows: list[dict]) -> np.ndarray:
+    """us per call of each row at the vendor-grade (memory-roofline) price: the floor ops.rs
+    keeps the emulation price above."""
+    return np.array([r.time_s * 1e6 for r in fchw.op_times(hw, [{k: v for k, v in row["op"].items() if k != "impl"}
+                                                                 for row in rows])])
+
+
+class PinProblem(NamedTuple):
+    """min ||A @ values - b||^2 (or max |A @ values - b|) subject to G @ values >= h: the
+    `free` CALL_TERMS' values; `labels` names each constraint row."""
+    free: tuple[str, ...]
+    A: np.ndarray
+    b: np.ndarray
+    G: np.ndarray
+    h: np.ndarray
+    labels: list[tuple]
+
+
+def pin_problem(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...], floored: frozenset = frozenset(),
+                margin: float = PIN_MARGIN, keep: tuple[str, ...] = PIN_KEEP, pins: dict = QUANT_PINS) -> PinProblem:
+    """The per-call fit of `free` on `rows` (relative error per call), constrained: every
+    pinned class within its bound less `margin` (a pin: two rows), no term negative, and in
+    the runs `keep` no call kind's max |error| or range wider than hw gives it, plus PIN_SLACK
+    (no_worse). ops.rs prices a call at its memory roofline where the emulation price falls below it: the
+    calls `floored` (indices of rows) are priced there and kept there, every other call kept
+    at or above it ("roofline" rows), so that the price stays linear in the terms."""
+    M, c = linear_errors(hw, rows, free)
+    y = np.array([r["us"] for r in rows])
+    roof = roofline_us(hw, rows) / y - 1  # each call's error at its roofline
+    on = np.array([i in floored for i in range(len(rows))])
+    G = [np.where(on[:, None], -M, M)]  # above the roofline, or (floored) not
+    h = [np.where(on, c - roof, roof - c)]
+    M, c = np.where(on[:, None], 0.0, M), np.where(on, roof, c)
+    C, cc, bound, cells = class_errors(rows, M, c, pins)
+    G += [C, -C, np.eye(len(free))]
+    h += [-(bound - margin) - cc, cc - (bound - margin), np.zeros(len(free))]
+    labels = ([("floored" if f else "roofline", i) for i, f in enumerate(on)] + [("pin", *cell, "-") for cell in cells]
+              + [("pin", *cell, "+") for cell in cells] + [("term", t) for t in free])
+    kinds: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        if r["run"] in keep:
+            kinds.setdefault((r["run"], r["recipe"], r["kind"]), []).append(i)
+    err = price_calls(hw, rows) / y - 1 if kinds else None
+    for kind, idx in kinds.items():
+        G_, h_ = no_worse(M[idx], c[idx], err[idx], y[idx], [rows[i]["features"].tobytes() for i in idx], PIN_SLACK)
+        G.append(G_)
+        h.append(h_)
+        labels += [("keep", *kind, "-")] * len(idx) + [("keep", *kind, "+")] * len(idx) \
+            + [("keep", *kind, "range")] * (len(h_) - 2 * len(idx))
+    return PinProblem(free, M, -c, np.vstack(G), np.concatenate(h), labels)
+
+
+def no_worse(M: np.ndarray, c: np.ndarray, err: np.ndarray, y: np.ndarray, shape: list,
+             slack: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(G, h): the calls of one kind (relative errors M @ values + c) keep |error| within the
+    largest of err (their errors now) and their range (max - min) within err's, each plus
+    slack: the range counted between the calls that can hold it, the fastest and slowest of
+    each op `shape` (the calls of one shape have one price)."""
+    worst, width = np.abs(err).max() + slack, err.max() - err.min() + slack
+    ends = sorted({i for s in dict.fromkeys(shape) for i in
+                   (min((j for j in range(len(y)) if shape[j] == s), key=lambda j: y[j]),
+                    max((j for j in range(len(y)) if shape[j] == s), key=lambda j: y[j]))})
+    pairs = np.array([(a, b) for a in ends for b in ends if a != b], dtype=int).reshape(-1, 2)
+    a, b = pairs[:, 0], pairs[:, 1]  # e_a - e_b <= width
+    return np.vstack([M, -M, M[b] - M[a]]), np.concatenate([-worst - c, c - worst, c[a] - c[b] - width])
+
+
+def _scipy_optimize():
+    try:
+        import scipy.optimize
+    except ImportError:
+        raise SystemExit("--pin-fit needs scipy (pip install scipy); the fourcast package does not") from None
+    return scipy.optimize
+
+
+def least_squares_within(A: np.ndarray, b: np.ndarray, G: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """x minimising ||A x - b|| subject to G x >= h (A of full column rank): Lawson and Hanson's
+    LSI, reduced to a least-distance problem solved by NNLS (Solving Least Squares Problems, ch. 23)."""
+    opt = _scipy_optimize()
+    Q, R = np.linalg.qr(A)
+    Rinv = np.linalg.inv(R)
+    qb = Q.T @ b
+    E = G @ Rinv  # in u = R x - Q^T b: min ||u|| subject to E u >= f
+    f = h - E @ qb
+    n = A.shape[1]
+    F_, d = np.vstack([E.T, f[None, :]]), np.r_[np.zeros(n), 1.0]
+    w, _ = opt.nnls(F_, d, maxiter=50 * len(f))
+    r = F_ @ w - d
+    if abs(r[n]) < 1e-12:
+        raise SystemExit("--pin-fit: no term values meet every constraint")
+    return Rinv @ (-r[:n] / r[n] + qb)
+
+
+def minimax_within(A: np.ndarray, b: np.ndarray, G: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, float]:
+    """(x, t): x minimising t = max |A x - b| subject to G x >= h (a linear program)."""
+    opt = _scipy_optimize()
+    m, n = A.shape
+    one, zero = np.ones((m, 1)), np.zeros((len(h), 1))
+    res = opt.linprog(np.r_[np.zeros(n), 1.0], A_ub=np.vstack([np.hstack([A, -one]), np.hstack([-A, -one]),
+                                                                  np.hstack([-G, zero])]),
+                      b_ub=np.r_[b, -b, -h], bounds=[(None, None)] * n + [(0, None)], method="highs")
+    if res.status != 0:
+        raise SystemExit(f"--pin-fit: the minimax program failed ({res.message})")
+    return res.x[:n], float(res.x[n])
+
+
+def solve_pinned(p: PinProblem, objective: str = "lsq") -> np.ndarray:
+    """The free terms' values of p: least squares ("lsq") or the least max |error| ("max");
+    columns scaled to unit norm for the solvers."""
+    scale = np.linalg.norm(p.A, axis=0)
+    scale[scale == 0] = 1.0
+    if objective == "max":
+        x, _ = minimax_within(p.A / scale, p.b, p.G / scale, p.h)
+    else:
+        x = least_squares_within(p.A / scale, p.b, p.G / scale, p.h)
+    return x / scale
+
+
+def binding(p: PinProblem, values: np.ndarray, tol: float = 1e-9) -> list[tuple]:
+    """The labels of p's constraints that values meet with equality (to tol)."""
+    return [lab for lab, slack in zip(p.labels, p.G @ values - p.h) if slack <= tol]
+
+
+def pin_fit(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...], objective: str = "lsq",
+            margin: float = PIN_MARGIN, keep: tuple[str, ...] = PIN_KEEP) -> tuple[PinProblem, np.ndarray]:
+    """(problem, values) of the fit constrained by the pins (pin_problem). A call held at its
+    roofline by the solution is then priced there instead (floored, as ops.rs prices it), and
+    the fit solved again, until none is: each round keeps the last solution feasible, so the
+    objective never grows."""
+    floored: frozenset = frozenset()
+    while True:
+        p = pin_problem(hw, rows, free, floored, margin, keep)
+        x = solve_pinned(p, objective)
+        held = {lab[1] for lab in binding(p, x) if lab[0] == "roofline"}
+        if not held:
+            return p, x
+        floored |= held
+
+
+def with_terms(hw: fchw.Hardware, free: tuple[str, ...], values) -> fchw.Hardware:
+    for key, v in zip(free, values):
+        hw = set_term(hw, key, float(v))
+    return hw
+
+
+def significant(v: float, digits: int = 6) -> float:
+    return float(f"{v:.{digits}g}")
+
+
+def pin_fit_main(args: argparse.Namespace) -> None:
+    """--pin-fit: the per-call fit constrained by the class pins (pin_fit), by least squares and
+    by least max |error|; before/after per call kind and per pin (the Rust price), what binds,
+    and --write (the least-squares values to six significant digits, if every pin still holds)."""
+    dirs = list(dict.fromkeys(recipe_dirs(s for s in args.pin_fit.split(",") if s) + pin_dirs()))
+    rows = [r for d in dirs for r in call_rows(d)]
+    free = tuple(t if t.startswith("triton_quant_") else f"triton_quant_{t}" for t in args.pin_terms.split(","))
+    hw0 = fchw.load("h200")
+    free = tuple(t for t in free if linear_errors(hw0, rows, (t,))[0].any())  # no data: left as the file has it
+    keep = tuple(k for k in args.pin_keep.split(",") if k)
+    fits, binds = {}, {}
+    for objective in ("lsq", "max"):
+        p, fits[objective] = pin_fit(hw0, rows, free, objective, args.pin_margin, keep)
+        binds[objective] = binding(p, fits[objective]) + [lab for lab in p.labels if lab[0] == "floored"]
+    fits["lsq, rounded"] = np.array([significant(v) for v in fits["lsq"]])
+    hws = {"file": hw0, **{k: with_terms(hw0, free, v) for k, v in fits.items()}}
+    print(f"pin fit: {len(rows)} calls of {len(dirs)} runs; pins at their bound less {args.pin_margin:g}; "
+          f"call kinds no worse in: {', '.join(keep) or 'no run'}")
+    print(f"  {'term':40s} {'file':>10s} " + " ".join(f"{k:>13s}" for k in fits))
+    for j, t in enumerate(free):
+        print(f"  {t:40s} {term_values(hw0)[CALL_TERMS.index(t)]:10.6g} "
+              + " ".join(f"{v[j]:13.6g}" for v in fits.values()))
+    summary = print_call_errors(hws, rows)
+    out = print_pins(summary, binds)
+    if args.write:
+        if out["lsq, rounded"]:
+            raise SystemExit("--write: the rounded values break a pin; not written")
+        write_toml({t: (v, f"fit: benchmarks/calibration/fit_emulation.py --pin-fit (GPU time of every quantize call "
+                           f"of {', '.join(dict.fromkeys(r['run'] for r in rows))}, one by one: least squares of the "
+                           f"relative error per call, {', '.join(x.removeprefix('triton_quant_') for x in free)} "
+                           f"together, subject to every quantize class pinned in tests/unit/test_project.py staying "
+                           f"{args.pin_margin:g} inside its bound, and no call kind of {', '.join(keep) or 'no run'} "
+                           "getting a larger max error or a wider range: model-calibration-per-call.md, session 17)")
+                    for t, v in zip(free, fits["lsq, rounded"])})
+
+
+def print_call_errors(hws: dict[str, fchw.Hardware], rows: list[dict]) -> dict[str, dict]:
+    """Print each term set's per-call |error| (the Rust price): sum of squares, max / median per
+    call kind over every run and per (recipe, kind) of PIN_KEEP's first run, and how many
+    (run, recipe, kind)s got a larger max / median than the first set's; return each set's
+    call_summary."""
+    y = np.array([r["us"] for r in rows])
+    err = {k: price_calls(h, rows) / y - 1 for k, h in hws.items()}
+    print("per call, |model / GPU time - 1| (the Rust price): sum of squares; max / median per kind, every run, "
+          f"then {PIN_KEEP[0]} by recipe:")
+    print(f"  {'':22s}" + "".join(f"{k:>19s}" for k in hws))
+    print(f"  {'sum of squares':22s}" + "".join(f"{float(e @ e):19.2f}" for e in err.values()))
+    groups = {kind: [r["kind"] == kind for r in rows] for kind in ("X", "dY", "W")}
+    groups |= {f"{rec} {kind}": [(r["run"], r["recipe"], r["kind"]) == (PIN_KEEP[0], rec, kind) for r in rows]
+               for rec, kind in dict.fromkeys((r["recipe"], r["kind"]) for r in rows if r["run"] == PIN_KEEP[0])}
+    for label, sel in groups.items():
+        print(f"  {label:22s}" + "".join(f"{np.abs(e[sel]).max():9.1%} /{np.median(np.abs(e[sel])):6.1%}  "
+                                         for e in err.values()))
+    summary = {k: call_summary(h, rows) for k, h in hws.items()}
+    first = next(iter(summary.values()))
+    kinds = [key for key in first if key[2] != "class"]
+    worse = [(sum(s[k][0] > first[k][0] + 1e-9 for k in kinds), sum(s[k][1] > first[k][1] + 1e-9 for k in kinds))
+             for s in summary.values()]
+    print(f"  {'(run, recipe, kind)s worse':22s}" + "".join(f"{m:9d} /{md:6d}  " for m, md in worse)
+          + f" (of {len(kinds)}: max / median)")
+    return summary
+
+
+def print_pins(summary: dict[str, dict], binds: dict[str, list[tuple]]) -> dict[str, int]:
+    """Print every pinned class's error per term set (call_summary's), marking the pins whose
+    constraint binds, and the other binding constraints per fit; return the pins out of bound
+    per term set."""
+    print("class pins, model / GPU time - 1 (*: the constraint binds, at the bound less the margin; !: out of bound):")
+    for run, recipes in QUANT_PINS.items():
+        for recipe, b in recipes.items():
+            cells = []
+            for k, s in summary.items():
+                e = s[(run, recipe, "class")][0]
+                mark = "*" if any(lab[:3] == ("pin", run, recipe) for lab in binds.get(k, [])) else " "
+                cells.append(f"{e:+7.2%}{mark}{'!' if abs(e) > b else ' '}")
+            print(f"  {run.removeprefix('training-h200-'):10s} {recipe:11s} {b:3.0%}"
+                  + "".join(f"{c:>19s}" for c in cells))
+    out = {k: sum(abs(s[(run, recipe, "class")][0]) > b for run, rs in QUANT_PINS.items() for recipe, b in rs.items())
+           for k, s in summary.items()}
+    print("  pins out of bound: " + ", ".join(f"{k} {n}" for k, n in out.items()))
+    for k, labs in binds.items():
+        print(f"  {k}, binding besides the pins: " + (", ".join(
+            f"{n} {what}" for what, n in _count([lab for lab in labs if lab[0] != "pin"]).items()) or "none"))
+    return out
+
+
+def _count(labels: list[tuple]) -> dict[str, int]:
+    """{what: how many} of binding constraints' labels (not the pins)."""
+    out: dict[str, int] = {}
+    for lab in labels:
+        if lab[0] in ("roofline", "floored"):
+            what = "calls at their roofline" if lab[0] == "roofline" else "calls priced at their roofline"
+        elif lab[0] == "term":
+            what = f"{lab[1].removeprefix('triton_quant_')} at 0"
+        else:
+            what = f"{lab[1].removeprefix('training-h200-')} {lab[2]} {lab[3]} at its {'range' if lab[4] == 'range' else 'max'}"
+        out[what] = out.get(what, 0) + 1
+    return out
 
 
 def set_term(hw: fchw.Hardware, key: str, value: float) -> fchw.Hardware:
@@ -574,12 +896,24 @@ def main() -> None:
                     help="comma-separated run folders (relative to benchmarks/results: a recipe's or a folder of "
                          "them) whose quantize calls refit --call-terms per call; nothing else is fitted")
     ap.add_argument("--call-terms", default=",".join(CALL_FIT), help="the CALL_TERMS --call-fit refits")
+    ap.add_argument("--pin-fit", nargs="?", const=",".join(PIN_FIT), default="",
+                    help="comma-separated run folders (as --call-fit; default: runs 10-18) whose quantize calls "
+                         "refit --pin-terms per call, constrained by test_project.py's quantize class pins "
+                         "(needs scipy); nothing else is fitted")
+    ap.add_argument("--pin-terms", default=",".join(CALL_TERMS), help="the CALL_TERMS --pin-fit refits")
+    ap.add_argument("--pin-margin", type=float, default=PIN_MARGIN,
+                    help="how far inside its bound --pin-fit keeps each pinned class")
+    ap.add_argument("--pin-keep", default=",".join(PIN_KEEP),
+                    help="comma-separated runs (as in QUANT_PINS) whose call kinds' max |error| and range "
+                         "--pin-fit may not raise ('' none)")
     ap.add_argument("--write", action="store_true", help="update hwmodels/h200.toml")
     ap.add_argument("--quant-only", action="store_true",
                     help="fit (and write) only the quantizer terms; attention and GEMM terms stay as the file has them")
     args = ap.parse_args()
     if args.call_fit:
         return call_fit_main(args)
+    if args.pin_fit:
+        return pin_fit_main(args)
     RUNS, MEASURE = pathlib.Path(args.runs), args.measure
     RECIPES = ATTN_FIT = tuple(p.name for p in sorted(RUNS.iterdir()) if (p / "profile.json").is_file())
     QUANT_FIT = tuple(args.quant_fit.split(","))

@@ -1,0 +1,114 @@
+"""benchmarks/calibration/fit_emulation.py's per-call fit constrained by the class pins
+(--pin-fit), on the committed training-h200 profiles, checked against the Rust price."""
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+from fourcast import hw as fchw
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def F():
+    return _load("fit_emulation_under_test", ROOT / "benchmarks/calibration/fit_emulation.py")
+
+
+@pytest.fixture(scope="module")
+def calls(F):
+    """Every quantize call of --pin-fit's default runs (runs 10-18 with a timeline step)."""
+    dirs = list(dict.fromkeys(F.recipe_dirs(F.PIN_FIT) + F.pin_dirs()))
+    return [r for d in dirs for r in F.call_rows(d)]
+
+
+@pytest.fixture(scope="module")
+def fits(F, calls):
+    hw = fchw.load("h200")
+    return {objective: F.pin_fit(hw, calls, F.CALL_TERMS, objective) for objective in ("lsq", "max")}
+
+
+def _errors(F, hw, calls):
+    """Each call's model / GPU time - 1, the Rust price (its roofline floor included)."""
+    return F.price_calls(hw, calls) / np.array([r["us"] for r in calls]) - 1
+
+
+def test_the_fits_pins_are_test_project_s(F):
+    tp = _load("test_project_bounds", ROOT / "tests/unit/test_project.py")
+    pinned = {f"{run.parent.name}/{run.name}": {r: b for (r, cls), b in cells.items() if cls == "quantize"}
+              for run, cells in tp.GPU_BOUNDS.items()}
+    assert F.QUANT_PINS == {run: cells for run, cells in pinned.items() if cells}
+    assert sum(map(len, F.QUANT_PINS.values())) == 23
+
+
+def test_least_squares_within_solves_a_small_program(F):
+    A, b = np.eye(2), np.array([2.0, -1.0])
+    x = F.least_squares_within(A, b, np.eye(2), np.zeros(2))  # x >= 0
+    assert x == pytest.approx([2.0, 0.0], abs=1e-12)
+    x = F.least_squares_within(A, b, np.array([[-1.0, -1.0]]), np.array([-1.0]))  # x0 + x1 <= 1
+    assert x == pytest.approx([2.0, -1.0], abs=1e-12)
+    x = F.least_squares_within(A, b, np.array([[-1.0, 0.0]]), np.array([-1.5]))  # x0 <= 1.5
+    assert x == pytest.approx([1.5, -1.0], abs=1e-12)
+    with pytest.raises(SystemExit, match="no term values"):
+        F.least_squares_within(A, b, np.array([[1.0, 0.0], [-1.0, 0.0]]), np.array([1.0, 0.0]))  # x0 >= 1, <= 0
+
+
+@pytest.mark.parametrize("objective", ["lsq", "max"])
+def test_the_pin_fit_meets_every_constraint_in_the_rust_price(F, calls, fits, objective):
+    """Every constraint row holds (to 1e-9); priced by Rust with the fitted values, every pinned
+    class is within its bound less the margin, and no call kind of the kept run has a larger
+    max |error| or a wider range than with the file's values (plus the slack)."""
+    p, x = fits[objective]
+    slack = p.G @ x - p.h
+    assert slack.min() >= -1e-9, p.labels[int(np.argmin(slack))]
+    hw0 = fchw.load("h200")
+    hw = F.with_terms(hw0, p.free, x)
+    err, err0 = _errors(F, hw, calls), _errors(F, hw0, calls)
+    assert np.allclose(err, p.A @ x - p.b, rtol=0, atol=1e-9)  # the program prices calls as Rust does
+    summary = F.call_summary(hw, calls)
+    for run, recipes in F.QUANT_PINS.items():
+        for recipe, bound in recipes.items():
+            assert abs(summary[(run, recipe, "class")][0]) <= bound - F.PIN_MARGIN + 1e-9, (run, recipe)
+    for kind in {(r["run"], r["recipe"], r["kind"]) for r in calls if r["run"] in F.PIN_KEEP}:
+        sel = np.array([(r["run"], r["recipe"], r["kind"]) == kind for r in calls])
+        assert np.abs(err[sel]).max() <= np.abs(err0[sel]).max() + F.PIN_SLACK + 1e-9, kind
+        assert np.ptp(err[sel]) <= np.ptp(err0[sel]) + F.PIN_SLACK + 1e-9, kind
+
+
+# hwmodels/h200.toml's quantize terms before session 17 adopted the --pin-fit (session 16's).
+SESSION_16 = {
+    "triton_quant_call_us": 9.68, "triton_quant_ns_per_elem": 0.00148, "triton_quant_rht_ns_per_elem": 0.0036,
+    "triton_quant_strip_rht_ns_per_elem": 0.0022, "triton_quant_sr_ns_per_elem": 0.00305,
+    "triton_quant_sr4_ns_per_elem": 0.00083, "triton_quant_sr16_ns_per_elem": 0.00009,
+    "triton_quant_amax_ns_per_elem": 0.0004, "triton_quant_amax_tile_ns": 0.91508,
+    "triton_quant_prefetch_saving_ns_per_elem": 0.000164, "triton_quant_gather_saving_ns_per_elem": 0.000338,
+    "triton_quant_sr16_int_saving_ns_per_elem": 0.000198,
+}
+
+
+def test_the_pin_fit_from_session_16_is_no_worse_and_gives_the_file(F, calls):
+    """From session 16's terms (the start: they meet every constraint), each fit's objective
+    is no worse than the start's; the least-squares fit is the file's quantize terms (to the six
+    significant digits --write keeps), and it narrows the calls' squared errors at least
+    sevenfold (386 -> 48)."""
+    start = F.with_terms(fchw.load("h200"), tuple(SESSION_16), SESSION_16.values())
+    x0 = np.array([SESSION_16[t] for t in F.CALL_TERMS])
+    err0 = _errors(F, start, calls)
+    for objective in ("lsq", "max"):
+        p, x = F.pin_fit(start, calls, F.CALL_TERMS, objective)
+        assert (p.G @ x0 - p.h).min() >= -1e-9, objective  # the start is feasible
+        assert (p.G @ x - p.h).min() >= -1e-9, objective
+        if objective == "lsq":
+            assert np.sum((p.A @ x - p.b) ** 2) * 7 <= err0 @ err0
+            assert F.term_values(fchw.load("h200")) == pytest.approx(x, rel=1e-5)
+        else:
+            assert np.abs(p.A @ x - p.b).max() <= np.abs(err0).max() + 1e-9
