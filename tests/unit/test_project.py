@@ -278,11 +278,13 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     new = project.project(run, [], quant_rev=11).h200_error_gpu["quantize"]
     assert old > 0.05 and abs(new) < 0.02, (old, new)
     # the kernels' revision is the model's default (kernels/__init__.py and rust ops.rs agree)
-    assert QUANT_REV == 12
+    assert QUANT_REV == 13
     default = project.project(run, []).h200_error_gpu["quantize"]
     assert project.project(run, [], quant_rev=QUANT_REV).h200_error_gpu["quantize"] == default
+    # 13 (rowcol_gluon's RTNE calls) is priced as 12 until a profiled run at 13 calibrates it
+    assert project.project(run, [], quant_rev=12).h200_error_gpu["quantize"] == default
     with pytest.raises(ConfigError, match="quant_rev"):
-        project.project(run, [], quant_rev=13)
+        project.project(run, [], quant_rev=14)
 
 
 # Per call (model-calibration-per-call.md): run 18's quantize calls against the model, (min, max)

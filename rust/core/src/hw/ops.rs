@@ -191,8 +191,10 @@ fn emulation(hw: &Hw) -> Result<EmulCost> {
 const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
-/// absent.
-pub const QUANT_REV: u32 = 12;
+/// absent. 13 (session 17) sends RTNE row+col calls to kernels/rowcol_gluon.py, 0.77-0.81x
+/// the strip kernel's time at QLinear's large X and W calls (kernels-h200.md); no profiled
+/// training run at 13 exists yet to fit that, so `quant_kernel` prices 13 as 12.
+pub const QUANT_REV: u32 = 13;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
