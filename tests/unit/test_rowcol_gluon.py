@@ -50,8 +50,8 @@ def _compiled(fmt, cfg, fuse=False, xhat=False, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory() as cache:
         env["TRITON_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([fmt, list(cfg), fuse, xhat, extra])], capture_output=True,
-                             text=True, env=env, timeout=600)
+        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([fmt, list(cfg), fuse, xhat, extra])],
+                             capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

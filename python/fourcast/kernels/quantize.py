@@ -929,8 +929,10 @@ def rowcol_route(spec: Spec, gluon_ok: bool = False) -> str:
     fused X call 193 vs 345 (session 3's split kernel), with a column RHT16 320 vs 392;
     with SR (strip_config's narrower SR tile, session 4) the dY call 606 vs 596 (split,
     since retired) and with a column RHT16 725 vs 717 (transposing).
-    "gluon" (rowcol_gluon.py) where gluon_ok: the call is in its scope, on an sm_90 GPU.
-    CONFIG_OVERRIDE["rowcol"] pins "transpose" or "strip" (benchmarks; "gluon" is the default)."""
+    "gluon" (rowcol_gluon.py) where gluon_ok (_gluon_rowcol_ok: its RTNE calls, on an sm_90
+    GPU): session 17 measured 0.78-0.80x the strip kernel's time on NVFP4 codes, 0.80-0.81x
+    on the X call (decoded row + packed column). CONFIG_OVERRIDE["rowcol"] pins "transpose",
+    "strip" or "gluon" (benchmarks; "gluon" also takes its "sr16" calls)."""
     pin = CONFIG_OVERRIDE.get("rowcol")
     if spec.per_tensor or pin == "transpose":
         return "transpose"
@@ -969,7 +971,8 @@ def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: s
 
 
 def _gluon_config() -> tuple:
-    """rowcol_gluon's (BM, BK, warps, row tiles a program): its CONFIG, or CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
+    """rowcol_gluon's (BM, BK, warps, row tiles a program[, maxnreg]): its CONFIG, or
+    CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
     return CONFIG_OVERRIDE.get("rowcol_gluon") or _rowcol_gluon().CONFIG
 
 
