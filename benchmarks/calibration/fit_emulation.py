@@ -334,9 +334,26 @@ SAVINGS = ("triton_quant_prefetch_saving_ns_per_elem", "triton_quant_gather_savi
 CALL_TERMS = QUANT_TERMS + SAVINGS
 
 
+def on_gluon(q: dict, rev: int | None) -> bool:
+    """Whether ops.rs prices this call as run on kernels/rowcol_gluon.py (revision 13 on: an
+    RTNE row+col call without an RHT on 4-bit formats with 1-D blocks of 16 or 32, no
+    fake-quant container; emulated_quant_s `on_gluon`)."""
+    outs = q.get("outputs", [])
+    return ((QUANT_REV if rev is None else rev) >= 13 and len(outs) == 2
+            and all(o["format"]["element"] in FOUR_BIT and not o["format"].get("tile_2d")
+                    and o["format"].get("block") in (16, 32) and not o.get("rht") and not o.get("sr")
+                    and not o.get("container") for o in outs))
+
+
 def call_features(q: dict, rev: int | None) -> np.ndarray:
     """One call's price as ops.rs emulated_quant_s counts it, column by column of CALL_TERMS
-    (seconds per unit of each term's TOML value): price = call_features . values."""
+    (seconds per unit of each term's TOML value): price = call_features . values. A call
+    priced on the Gluon kernel (on_gluon) is a fixed fraction of this, which the per-call
+    fits do not model: fit on profiles of revisions up to 12."""
+    if on_gluon(q, rev):
+        raise SystemExit("a quantize call of revision >= 13 runs on rowcol_gluon, priced as "
+                         "triton_quant_gluon_time_factor of the strip price: the per-call fits "
+                         "take profiles of revisions up to 12")
     iters, int_sr16 = quant_kernel(rev)
     f = quant_features(q, iters)
     sr16 = f[QUANT_TERMS.index("triton_quant_sr16_ns_per_elem")]

@@ -281,8 +281,9 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     assert QUANT_REV == 13
     default = project.project(run, []).h200_error_gpu["quantize"]
     assert project.project(run, [], quant_rev=QUANT_REV).h200_error_gpu["quantize"] == default
-    # 13 (rowcol_gluon's RTNE calls) is priced as 12 until a profiled run at 13 calibrates it
-    assert project.project(run, [], quant_rev=12).h200_error_gpu["quantize"] == default
+    # 13 runs the RTNE row+col calls (this run's X and W calls) on rowcol_gluon: priced lower
+    rev12 = project.project(run, [], quant_rev=12).h200_model_gpu["quantize"]
+    assert project.project(run, []).h200_model_gpu["quantize"] < 0.99 * rev12
     with pytest.raises(ConfigError, match="quant_rev"):
         project.project(run, [], quant_rev=14)
 

@@ -16,8 +16,8 @@ from fourcast.kernels.utils import Packed
 # the model must know: 9 one row tile a strip program, 10 up to four, 11 integer sr16,
 # 12 the column copy's code and scale bytes stored once a strip program, 13 RTNE row+col
 # calls on rowcol_gluon (0.77-0.81x the strip kernel's time at QLinear's large X and W
-# calls, kernels-h200.md session 17; the model prices 13 as 12 until a profiled training
-# run at 13 calibrates it).
+# calls, kernels-h200.md session 17: the model's triton_quant_gluon_time_factor, from
+# kernel benchmarks until a profiled training run at 13 gives calls to fit).
 QUANT_REV = 13
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

@@ -111,7 +111,9 @@ pub struct Eff {
 /// rounds in integers, the gather term only for revisions that gather, ops.rs
 /// `quant_kernel`). Both kinds of call run the strip kernel; a call with SR uses its
 /// narrower SR tile, which prices its rotation differently (`rht_s_per_elem`) from the
-/// plain tile (`strip_rht_s_per_elem`).
+/// plain tile (`strip_rht_s_per_elem`). From revision 13 an RTNE row+col call without an
+/// RHT on 4-bit formats with 1-D blocks runs the Gluon kernel instead: `call_s +
+/// gluon_time_factor * (that price - call_s)`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulCost {
     pub call_s: f64,
@@ -133,6 +135,9 @@ pub struct EmulCost {
     /// Saved per input element of a row+col call whose strip programs of several tiles
     /// store the packed column copy's bytes once (quantizer revision 12 on).
     pub gather_saving_s_per_elem: f64,
+    /// An RTNE row+col call on the Gluon kernel (revision 13 on) costs `call_s` plus this
+    /// fraction of the rest of the strip kernel's price.
+    pub gluon_time_factor: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -287,6 +292,10 @@ impl Hw {
                     &e.triton_quant_sr16_int_saving_ns_per_elem,
                 ),
                 gather_saving_s_per_elem: optional_ns(&e.triton_quant_gather_saving_ns_per_elem),
+                gluon_time_factor: e
+                    .triton_quant_gluon_time_factor
+                    .as_ref()
+                    .map_or(1.0, |n| n.value),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,
                 eager_clock_hz: e
                     .torch_eager_gemm_clock_ghz

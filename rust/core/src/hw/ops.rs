@@ -191,9 +191,7 @@ fn emulation(hw: &Hw) -> Result<EmulCost> {
 const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
-/// absent. 13 (session 17) sends RTNE row+col calls to kernels/rowcol_gluon.py, 0.77-0.81x
-/// the strip kernel's time at QLinear's large X and W calls (kernels-h200.md); no profiled
-/// training run at 13 exists yet to fit that, so `quant_kernel` prices 13 as 12.
+/// absent.
 pub const QUANT_REV: u32 = 13;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
@@ -210,6 +208,9 @@ struct QuantKernel {
     /// A strip program stores its column copy's code and scale bytes once, not a row tile
     /// at a time (session 12 on): a packed column copy earns `gather_saving_s_per_elem`.
     gather: bool,
+    /// RTNE row+col calls without an RHT on 4-bit formats with 1-D blocks of 16 or 32 run
+    /// kernels/rowcol_gluon.py (session 17 on): `gluon_time_factor` of the strip price.
+    gluon: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -224,7 +225,18 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
         max_iters: if rev <= 9 { 1 } else { STRIP_ITERS },
         int_sr16: rev >= 11,
         gather: rev >= 12,
+        gluon: rev >= 13,
     })
+}
+
+/// What a call's copies hold beyond their formats (the op outputs' `decoded` and
+/// `container` fields), as the emulation prices it.
+#[derive(Debug, Clone, Copy)]
+struct Written {
+    /// A row+col call's column copy is packed codes (not decoded values, not a container).
+    col_packed: bool,
+    /// No copy is written into a fake-quant container.
+    no_container: bool,
 }
 
 /// Seconds of one call of fourcast's Triton quantizer, when `implementation` asks for it.
@@ -235,7 +247,7 @@ fn emulated_quant_s(
     outs: &[QuantOut],
     refresh: u32,
     kernel: QuantKernel,
-    col_packed: bool,
+    written: Written,
 ) -> Result<Option<f64>> {
     match implementation {
         None | Some("vendor") => Ok(None),
@@ -289,7 +301,7 @@ fn emulated_quant_s(
             // and scale bytes once (kernels/strip.py GATHER), where a tile wrote a quarter of
             // each code sector and one byte of each scale sector.
             let gathered = if kernel.gather
-                && col_packed
+                && written.col_packed
                 && outs.len() == 2
                 && iters > 1.0
                 && outs[1].fmt.elem.bits() == 4
@@ -298,27 +310,42 @@ fn emulated_quant_s(
             } else {
                 0.0
             };
-            Ok(Some(
-                e.call_s
-                    + elems * e.s_per_elem
-                    + rotated * rht_s
-                    + stochastic * e.sr_s_per_elem
-                    + stochastic4 * e.sr4_s_per_elem
-                    + stochastic16 * e.sr16_s_per_elem
-                    + amax * e.amax_s_per_elem
-                    + if refresh == 1 {
-                        in_kernel_amax_programs(numel, outs, sr_any, max_iters) * e.amax_tile_s
-                    } else {
-                        0.0 // the amax is given, or not recorded (QLinear's row+col calls)
-                    }
-                    - overlapped * e.prefetch_saving_s_per_elem
-                    - gathered * e.gather_saving_s_per_elem
-                    - if kernel.int_sr16 {
-                        stochastic16 * e.sr16_int_saving_s_per_elem
-                    } else {
-                        0.0 // the float sr16 of revisions before 11
-                    },
-            ))
+            // Revision 13 on (kernels/quantize.py rowcol_route): the Gluon kernel takes RTNE
+            // row+col calls without an RHT on 4-bit formats with 1-D blocks (decoded copies
+            // included, fake-quant containers not), priced as a measured fraction of the
+            // strip kernel's time on the same calls (kernels-h200.md, session 17).
+            let on_gluon = kernel.gluon
+                && written.no_container
+                && outs.len() == 2
+                && !sr_any
+                && rotated == 0.0
+                && outs.iter().all(|o| {
+                    o.fmt.elem.bits() == 4 && !o.fmt.tile_2d && matches!(o.fmt.block, 16 | 32)
+                });
+            let strip_s = e.call_s
+                + elems * e.s_per_elem
+                + rotated * rht_s
+                + stochastic * e.sr_s_per_elem
+                + stochastic4 * e.sr4_s_per_elem
+                + stochastic16 * e.sr16_s_per_elem
+                + amax * e.amax_s_per_elem
+                + if refresh == 1 {
+                    in_kernel_amax_programs(numel, outs, sr_any, max_iters) * e.amax_tile_s
+                } else {
+                    0.0 // the amax is given, or not recorded (QLinear's row+col calls)
+                }
+                - overlapped * e.prefetch_saving_s_per_elem
+                - gathered * e.gather_saving_s_per_elem
+                - if kernel.int_sr16 {
+                    stochastic16 * e.sr16_int_saving_s_per_elem
+                } else {
+                    0.0 // the float sr16 of revisions before 11
+                };
+            Ok(Some(if on_gluon {
+                e.call_s + e.gluon_time_factor * (strip_s - e.call_s)
+            } else {
+                strip_s
+            }))
         }
         Some(other) => Err(Error::unknown(
             Domain::Config,
@@ -631,8 +658,12 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 });
             }
             let q = quant_cost(hw, *numel, *src_bytes, &outs, *refresh);
-            let col_packed =
-                outputs.len() == 2 && !outputs[1].decoded && outputs[1].container.is_none();
+            let written = Written {
+                col_packed: outputs.len() == 2
+                    && !outputs[1].decoded
+                    && outputs[1].container.is_none(),
+                no_container: outputs.iter().all(|o| o.container.is_none()),
+            };
             let emulated = emulated_quant_s(
                 hw,
                 implementation.as_deref(),
@@ -640,7 +671,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 &outs,
                 *refresh,
                 kernel,
-                col_packed,
+                written,
             )?;
             if let Some(t) = emulated {
                 detail.insert("emulation_s", t);

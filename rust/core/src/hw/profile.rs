@@ -212,6 +212,11 @@ pub struct Emulation {
     /// `quant_kernel`); subtracted (absent: 0, a tile's own stores).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gather_saving_ns_per_elem: Option<Num>,
+    /// Time of an RTNE row+col call on kernels/rowcol_gluon.py (quantizer revision 13 on,
+    /// ops.rs `quant_kernel`) over the strip kernel's price of the same call, applied to the
+    /// call's part beyond `triton_quant_call_us` (absent: 1, the strip kernel's price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_time_factor: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,

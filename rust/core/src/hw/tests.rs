@@ -614,9 +614,10 @@ fn emulated_quantizer_prices_its_amax_pass_only_when_it_measures() {
     let h = h200_with("emulation.triton_quant_amax_ns_per_elem", "0.0007");
     let e = h.emulation.unwrap();
     assert!((e.amax_s_per_elem - 0.0007e-9).abs() < 1e-18);
+    // Revision 12: the strip kernel's terms (13 runs RTNE row+col calls on the Gluon kernel).
     let t = |fmt: &str, refresh: u32| {
         let op = format!(
-            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "refresh": {refresh}, "outputs": [{{"format": "{fmt}"}}, {{"format": "{fmt}", "transposed_copy": true}}]}}"#
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "refresh": {refresh}, "quant_rev": 12, "outputs": [{{"format": "{fmt}"}}, {{"format": "{fmt}", "transposed_copy": true}}]}}"#
         );
         op_time(&h, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
     };
@@ -633,9 +634,10 @@ fn emulated_quantizer_prices_in_kernel_amax_atomics_per_strip_program() {
     let zero = h200_with("emulation.triton_quant_amax_tile_ns", "0.0");
     let e = h.emulation.unwrap();
     assert!((e.amax_tile_s - 0.9e-9).abs() < 1e-18);
+    // Revision 12: the strip kernel's programs (13 runs RTNE row+col calls on the Gluon kernel).
     let extra = |fmt: &str, sr: bool| {
         let op = format!(
-            r#"{{"op": "quantize", "numel": 1048576, "impl": "fourcast-triton", "outputs": [{{"format": "{fmt}"}}, {{"format": "{fmt}", "sr": {sr}}}]}}"#
+            r#"{{"op": "quantize", "numel": 1048576, "impl": "fourcast-triton", "quant_rev": 12, "outputs": [{{"format": "{fmt}"}}, {{"format": "{fmt}", "sr": {sr}}}]}}"#
         );
         let op = parse_op(&op).unwrap();
         op_time(&h, &op).unwrap().detail["emulation_s"]
@@ -687,19 +689,20 @@ fn emulated_strip_programs_of_several_tiles_save_per_overlapped_element() {
             - op_time(&h, &op).unwrap().detail["emulation_s"]
     };
     let n = 32768.0 * 2304.0; // 73728 tiles of 16 x 64: four a program
-    assert!((saved(n, 0, "", 2) - 2.0 * n * 0.75 * 0.0002e-9).abs() < 1e-15);
+    let rev12 = r#", "quant_rev": 12"#; // the strip kernel's (13 runs these on the Gluon kernel)
+    assert!((saved(n, 0, rev12, 2) - 2.0 * n * 0.75 * 0.0002e-9).abs() < 1e-15);
     for rev in [10, 11] {
         let extra = format!(r#", "quant_rev": {rev}"#);
-        assert!((saved(n, 0, &extra, 2) - saved(n, 0, "", 2)).abs() < 1e-18);
+        assert!((saved(n, 0, &extra, 2) - saved(n, 0, rev12, 2)).abs() < 1e-18);
     }
     for rev in [1, 9] {
         assert_eq!(saved(n, 0, &format!(r#", "quant_rev": {rev}"#), 2), 0.0);
     }
     assert_eq!(saved(n, 16, "", 2), 0.0);
-    assert_eq!(saved(n, 0, "", 1), 0.0);
+    assert_eq!(saved(n, 0, rev12, 1), 0.0);
     // 12288 tiles: two a program keep 6144 >= 4096 programs, four would not.
     let m = 12288.0 * 1024.0;
-    assert!((saved(m, 0, "", 2) - 2.0 * m * 0.5 * 0.0002e-9).abs() < 1e-15);
+    assert!((saved(m, 0, rev12, 2) - 2.0 * m * 0.5 * 0.0002e-9).abs() < 1e-15);
     // A revision that is none (0, or after the current kernels) is an error, and the old
     // field name is no longer read.
     for rev in [0, QUANT_REV + 1] {
@@ -915,6 +918,49 @@ fn emulated_quantizer_prices_rotation_by_kernel() {
 }
 
 #[test]
+fn emulated_gluon_route_prices_rtne_row_col_calls_as_a_fraction_of_the_strip_price() {
+    // Quantizer revision 13 (session 17, the default): RTNE row+col calls without an RHT on
+    // 4-bit formats with 1-D blocks run kernels/rowcol_gluon.py, priced `call_s + factor *
+    // (strip price - call_s)`. SR, an RHT, one copy, 2-D tiles, 8-bit copies, fake-quant
+    // containers and revision 12 keep the strip kernel's price.
+    let term = "emulation.triton_quant_gluon_time_factor";
+    let half = h200_with(term, "0.5");
+    let e = half.emulation.unwrap();
+    assert_eq!(e.gluon_time_factor, 0.5);
+    let price = |hw: &Hw, outs: &str, extra: &str| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": [{outs}]{extra}}}"#
+        );
+        op_time(hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    let rev12 = r#", "quant_rev": 12"#;
+    for outs in [
+        r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#,
+        r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3"}"#,
+        r#"{"format": "mxfp4"}, {"format": "mxfp4", "decoded": true}"#,
+        r#"{"format": "int4"}, {"format": "int4"}"#,
+    ] {
+        let strip = price(&half, outs, rev12);
+        assert!(
+            (price(&half, outs, "") - (e.call_s + 0.5 * (strip - e.call_s))).abs() < 1e-15,
+            "{outs}"
+        );
+    }
+    let nv2d =
+        r#"{"element": "e2m1", "scale": "e4m3", "block": 16, "rule": "te", "tile_2d": true}"#;
+    for outs in [
+        r#"{"format": "nvfp4", "sr": true, "sr16": true}, {"format": "nvfp4", "sr": true, "sr16": true}"#,
+        r#"{"format": "nvfp4"}, {"format": "nvfp4", "rht": 16}"#,
+        r#"{"format": "nvfp4"}"#,
+        r#"{"format": "mxfp8"}, {"format": "mxfp8"}"#,
+        r#"{"format": "nvfp4", "container": "bf16"}, {"format": "nvfp4", "container": "bf16"}"#,
+        &format!(r#"{{"format": {nv2d}}}, {{"format": {nv2d}}}"#),
+    ] {
+        assert_eq!(price(&half, outs, ""), price(&half, outs, rev12), "{outs}");
+    }
+}
+
+#[test]
 fn emulated_gathered_column_stores_save_per_input_element_of_a_packed_column_copy() {
     // Quantizer revision 12 (session 12, training-h200 run 18 on; the default): strip
     // programs of several row tiles store a packed 4-bit column copy's code and scale bytes
@@ -934,9 +980,15 @@ fn emulated_gathered_column_stores_save_per_input_element_of_a_packed_column_cop
     let saved = |outs: &str, extra: &str| emulation_saving(term, "0.0003", outs, extra);
     let n = 75497472.0; // 32768 x 2304, an X call of the 125M model
     let x = r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3"}"#;
-    assert!((saved(x, "") - n * 0.0003e-9).abs() < 1e-15);
-    assert_eq!(saved(x, r#", "quant_rev": 12"#), saved(x, ""));
+    let rev12 = r#", "quant_rev": 12"#;
+    assert!((saved(x, rev12) - n * 0.0003e-9).abs() < 1e-15);
     assert_eq!(saved(x, r#", "quant_rev": 11"#), 0.0);
+    // Revision 13 runs this RTNE call on the Gluon kernel: the strip price scaled, saving too.
+    let factor = Hw::from_profile(&Profile::load("h200").unwrap())
+        .emulation
+        .unwrap()
+        .gluon_time_factor;
+    assert!((saved(x, "") - factor * saved(x, rev12)).abs() < 1e-15);
     let dy = r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3", "decoded": true}"#;
     assert_eq!(saved(dy, ""), 0.0);
     let rotated = r#"{"format": "nvfp4"}, {"format": "nvfp4", "rht": 16}"#;
