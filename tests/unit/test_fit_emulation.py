@@ -112,3 +112,39 @@ def test_the_pin_fit_from_session_16_is_no_worse_and_gives_the_file(F, calls):
             assert F.term_values(fchw.load("h200")) == pytest.approx(x, rel=1e-5)
         else:
             assert np.abs(p.A @ x - p.b).max() <= np.abs(err0).max() + 1e-9
+
+
+def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
+    """fit_emulation.on_gluon says which calls ops.rs prices as run on rowcol_gluon
+    (revision 13 on): exactly those whose price at 13 differs from their price at 12. The
+    per-call features do not model that factor, so call_features refuses such calls."""
+    hw = fchw.load("h200")
+
+    def fmt(element, scale, block, rule, tile_2d=False):
+        return {"element": element, "scale": scale, "block": block, "rule": rule, "tile_2d": tile_2d}
+
+    nv, ue = fmt("e2m1", "e4m3", 16, "te"), fmt("e2m1", "ue5m3", 16, "te")
+    mx, mx8 = fmt("e2m1", "ue8m0", 32, "floor"), fmt("e4m3", "ue8m0", 32, "floor")
+    nv2d = fmt("e2m1", "e4m3", 16, "te", tile_2d=True)
+    cases = [
+        [{"format": nv}, {"format": nv}],
+        [{"format": ue, "decoded": True}, {"format": ue}],
+        [{"format": mx}, {"format": mx, "decoded": True}],
+        [{"format": nv, "sr": True, "sr16": True}, {"format": nv, "sr": True, "sr16": True}],
+        [{"format": nv}, {"format": nv, "rht": 16}],
+        [{"format": nv}],
+        [{"format": mx8}, {"format": mx8}],
+        [{"format": nv, "container": "bf16"}, {"format": nv, "container": "bf16"}],
+        [{"format": nv2d}, {"format": nv2d}],
+    ]
+    seen = set()
+    for outs in cases:
+        q = {"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": outs}
+        old, new = (r.detail["emulation_s"] for r in fchw.op_times(hw, [{**q, "quant_rev": 12}, {**q, "quant_rev": 13}]))
+        assert F.on_gluon(q, 13) == (new != old), outs
+        assert not F.on_gluon(q, 12)
+        seen.add(F.on_gluon(q, 13))
+        if F.on_gluon(q, 13):
+            with pytest.raises(SystemExit, match="rowcol_gluon"):
+                F.call_features(q, 13)
+    assert seen == {True, False}
