@@ -16,6 +16,7 @@ import tempfile
 import pytest
 import torch
 
+from fourcast.kernels import quantize as qk
 from fourcast.kernels import testing
 from fourcast.kernels.utils import parse_fmt
 
@@ -109,3 +110,47 @@ def test_applies_to_its_scope_only():
     assert not _applies(x.float()) and not _applies(x[:96]) and not _applies(x[:, :192])
     assert _applies(x[:, :128]) and not _applies(x[:, :128], config=(64, 256, 4, 1))
     assert _applies(x, config=(64, 128, 4, 2)) and not _applies(x, config=(64, 128, 4, 4))
+
+
+@pytest.mark.parametrize("name,rounding,codes,xhat,amax,seed", [
+    ("nvfp4", "rtne", (True, True), (False, False), None, 0),  # two-level, measured: strip.py's amax pass first
+    ("mxfp4", "rtne", (True, True), (False, False), None, 0),  # single-level: the amax recorded in-kernel
+    ("ue5m3", "rtne", (False, True), (True, False), 0.5, 0),  # the X call, amax given
+    ("ue5m3", "sr16", (False, False), (True, True), 0.5, "tensor"),  # the dY call, seed in memory
+])
+def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name, rounding, codes, xhat, amax, seed):
+    """quantize.launch_rowcol on the Gluon route (forced here; it needs an sm_90 GPU): the
+    launch's runtime arguments are the kernel's, in its order, and every constexpr is given,
+    so what tests/gpu checks in bits is what a launch hands over."""
+    monkeypatch.setattr(qk, "_gluon_rowcol_ok", lambda *a, **k: True)
+    monkeypatch.setattr(qk, "_ROWCOL_PLANS", {})
+    calls = []
+    monkeypatch.setattr(qk.launcher, "run", lambda fn, grid, args, consts: calls.append((fn, grid, args, consts)))
+    x = torch.zeros(256, 384, dtype=torch.bfloat16)
+    seed_arg = torch.tensor([5], dtype=torch.int64) if seed == "tensor" else 5
+    spec = parse_fmt(F[name])
+    o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, None, None, amax, amax, write_codes=codes,
+                         write_xhat=xhat, unscaled=True)
+    fn, grid, args, consts = calls[-1]
+    assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384)
+    names = [p.name for p in fn.params]
+    runtime = [p.name for p in fn.params if not p.is_constexpr]
+    assert len(args) == len(runtime)
+    assert set(consts) - {"num_warps", "maxnreg"} == {p.name for p in fn.params if p.is_constexpr}
+    arg = dict(zip(names, args))
+    assert arg["X"] is x and (arg["R"], arg["C"]) == (256, 384)
+    assert (arg["offset_r"], arg["offset_c"]) == (7, 7 + x.numel())
+    assert arg["seed"] is seed_arg if seed == "tensor" else arg["seed"] == 5
+    assert consts["SEED_PTR"] == (seed == "tensor") and consts["MODE"] == qk.ROUND_ID[rounding]
+    assert (consts["XHAT_R_ON"], consts["XHAT_C_ON"]) == xhat
+    for i, side in enumerate("RC"):
+        assert arg[f"CODES_{side}"] is o["codes"][i] and arg[f"SCALES_{side}"] is o["scales"][i]
+        assert arg[f"XHAT_{side}"] is o["xhat"][i]
+        assert (arg[f"XHAT_{side}"].shape == x.shape) if xhat[i] else (arg[f"CODES_{side}"].numel() == x.numel() // 2)
+    assert arg["TS_OUT"] is o["ts"]
+    fresh = spec.two_level and amax is None
+    assert len(calls) == (2 if fresh else 1) and (not fresh or calls[0][0].__name__ == "_strip_amax_kernel")
+    assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
+    if consts["FUSE_AMAX"]:  # one amax, recorded at AMAX_BITS[0], returned for both copies
+        assert arg["AMAX_IN_R"].data_ptr() == arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr()
+        assert o["amax"][0].data_ptr() == o["amax"][1].data_ptr()

@@ -1096,26 +1096,25 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     from fourcast.kernels import strip
 
     seed, seed_ptr = seed_arg(seed, dev, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2)
-    if plan["route"] == "gluon":
-        if plan["amax"] is not None:
-            launcher.run(strip._strip_amax_kernel, plan["amax"][0], (x, amax_bits, sr_, sc_, R, C), plan["amax"][1])
+    route = plan["route"]
+    if route == "gluon":
         if fuse:  # one amax (no RHT): the kernel records it once, at amax_bits[0]
             amax_in = (measured[0], measured[0])
-        launcher.run(_rowcol_gluon()._rowcol_kernel, plan["grid"],
-                     (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, R, C, seed,
-                      int(offset), int(offset) + R * C), plan["consts_seed_ptr" if seed_ptr else "consts"])
-        return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax_in)
-    kernel = strip._strip_kernel if plan["route"] == "strip" else _rowcol_kernel
-    args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
-            seed, int(offset), int(offset) + R * C)
-    if plan["route"] != "strip":
-        args += (scale_r, scale_c)
-    if plan["amax"] is not None:
+        kernel = _rowcol_gluon()._rowcol_kernel
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, R, C, seed,
+                int(offset), int(offset) + R * C)
+    else:
+        kernel = strip._strip_kernel if route == "strip" else _rowcol_kernel
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
+                seed, int(offset), int(offset) + R * C)
+        if route == "transpose":
+            args += (scale_r, scale_c)
+    if plan["amax"] is not None:  # strip.py's amax pass serves the strip and the Gluon kernels
         grid0, consts0 = plan["amax"]
-        if plan["route"] == "strip":
-            launcher.run(strip._strip_amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
-        else:
+        if route == "transpose":
             launcher.run(kernel, grid0, args, consts0)
+        else:
+            launcher.run(strip._strip_amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
     launcher.run(kernel, plan["grid"], args, plan["consts_seed_ptr" if seed_ptr else "consts"])
     return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax_in)
 

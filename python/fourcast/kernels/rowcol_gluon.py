@@ -96,6 +96,23 @@ def _sr16_bytes(seed, counter, n, AXIS: gl.constexpr):
 
 
 @gluon.jit
+def _quant_pair(a, b, sb_mult, sb_sv, sb_bad, ts, seed, counter, n, AXIS: gl.constexpr, EMIN: gl.constexpr,
+                MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr,
+                GMAX: gl.constexpr, MODE: gl.constexpr):
+    """_quant of two elements that share a code byte (a in its low nibble): the byte and
+    both x_hat. With "sr16" (MODE 4) they are members n and n + 1 of their block's group."""
+    if MODE == 4:
+        u_a = _sr16_bytes(seed, counter, n, AXIS)
+        u_b = _sr16_bytes(seed, counter, n + 1, AXIS)
+    else:
+        u_a = a
+        u_b = b
+    c_a, x_a = _quant(a, sb_mult, sb_sv, sb_bad, ts, u_a, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
+    c_b, x_b = _quant(b, sb_mult, sb_sv, sb_bad, ts, u_b, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
+    return (c_a | (c_b << 4)).to(gl.uint8), x_a, x_b
+
+
+@gluon.jit
 def _col_half(ye, yo, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr,
               TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
               RULE: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr, S_GMAX: gl.constexpr,
@@ -106,15 +123,9 @@ def _col_half(ye, yo, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.
     bits = gl.maximum(ye.to(gl.int32, bitcast=True) & 0x7FFFFFFF, yo.to(gl.int32, bitcast=True) & 0x7FFFFFFF)
     sb, mult, sv, bad = _block_scales(gl.max(bits, axis=1), s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
                                       S_GMAX, S_MIN, NANB)
-    if MODE == 4:
-        u_e = _sr16_bytes(seed, counter, 2 * p, 1)
-        u_o = _sr16_bytes(seed, counter, 2 * p + 1, 1)
-    else:
-        u_e = ye
-        u_o = yo
-    c_e, x_e = _quant(ye, mult, sv, bad, s_c, u_e, 1, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
-    c_o, x_o = _quant(yo, mult, sv, bad, s_c, u_o, 1, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
-    return (c_e | (c_o << 4)).to(gl.uint8), sb.to(gl.uint8), x_e, x_o
+    codes, x_e, x_o = _quant_pair(ye, yo, mult, sv, bad, s_c, seed, counter, 2 * p, 1, EMIN, MBITS, FIXED, TWOS,
+                                  BITS, GMAX, MODE)
+    return codes, sb.to(gl.uint8), x_e, x_o
 
 
 @gluon.jit
@@ -184,20 +195,15 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
                                               S_MIN, NANB)
             lo, hi = _halves(v)
-            if MODE == 4:  # word k of a block holds members 2k and 2k + 1 of its group
-                counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 + offset_r
-                u_lo = _sr16_bytes(seed, counter, 2 * k, 2)
-                u_hi = _sr16_bytes(seed, counter, 2 * k + 1, 2)
-            else:
-                u_lo = lo
-                u_hi = hi
-            c_lo, x_lo = _quant(lo, mult, sv, bad, s_r, u_lo, 2, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
-            c_hi, x_hi = _quant(hi, mult, sv, bad, s_r, u_hi, 2, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
+            # word k of a block holds members 2k and 2k + 1 of its "sr16" group
+            counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 + offset_r
+            codes, x_lo, x_hi = _quant_pair(lo, hi, mult, sv, bad, s_r, seed, counter, 2 * k, 2, EMIN, MBITS, FIXED,
+                                            TWOS, BITS, GMAX, MODE)
             if XHAT_R_ON:
                 XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
                 gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, _word(x_lo, x_hi, XHAT_R.dtype.element_ty))
             else:
-                gl.store(CODES_R + (2 * (r0 + i) + half) * (C // 2) + w, (c_lo | (c_hi << 4)).to(gl.uint8))
+                gl.store(CODES_R + (2 * (r0 + i) + half) * (C // 2) + w, codes)
                 gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // B) + g2, sb.to(gl.uint8))
         # ---- the column copy: words to 4 row pairs of a word column a thread
         ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
