@@ -357,7 +357,9 @@ def _same_tensors(got, want) -> bool:
                                                           zip(tensors(g), tensors(w))) for g, w in zip(got, want))
 
 
-GLUON_TILES = ((64, 128, 4, 1), (64, 128, 8, 1), (128, 128, 8, 1), (64, 128, 8, 2), (64, 128, 8, 4))
+# rowcol_gluon.Config fields: (BM, BK, warps, row tiles a program, maxnreg, one lane a block of 16)
+GLUON_TILES = ((64, 128, 8, 2, None, False), (64, 128, 8, 2, None, True), (64, 128, 8, 1, None, True),
+               (128, 128, 8, 1, None, True))
 
 
 @section("rowcol gluon: the Gluon row+col quantizer per tile, against the strip kernel")
@@ -405,7 +407,8 @@ def rowcol_gluon():
                             same = routed and _same_tensors(_route("gluon", fn), want)
                             RES["checks"].append(dict(what=f"rowcol gluon {name} {tile} {shape}: routed there, "
                                                       "bytes = strip's", ok=same))
-                        label = f"{name} [gluon {tile[0]}x{tile[1]} {tile[2]} warps x{tile[3]}]"
+                        lanes = ", one lane a block" if len(tile) > 5 and tile[5] else ""
+                        label = f"{name} [gluon {tile[0]}x{tile[1]} {tile[2]} warps x{tile[3]}{lanes}]"
                         t = time_quantizer(label, shape, copies, xhat, lambda fn=fn: _route("gluon", fn),
                                            tile=list(tile), sample=sample)
                         times.setdefault(tile, []).append(t)

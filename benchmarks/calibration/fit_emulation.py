@@ -93,7 +93,7 @@ def run_dir(recipe: str) -> pathlib.Path:
 
 
 STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
-QUANT_REV = 13  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
+QUANT_REV = 14  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
 
 
 def quant_kernel(rev: int | None) -> tuple[int, bool]:
@@ -337,12 +337,16 @@ CALL_TERMS = QUANT_TERMS + SAVINGS
 def on_gluon(q: dict, rev: int | None) -> bool:
     """Whether ops.rs prices this call as run on kernels/rowcol_gluon.py (revision 13 on: an
     RTNE row+col call without an RHT on 4-bit formats with 1-D blocks of 16 or 32, no
-    fake-quant container; emulated_quant_s `on_gluon`)."""
+    fake-quant container; from revision 14 also such a call with "sr16" on both copies and
+    blocks of 16; emulated_quant_s `on_gluon`)."""
+    rev = QUANT_REV if rev is None else rev
     outs = q.get("outputs", [])
-    return ((QUANT_REV if rev is None else rev) >= 13 and len(outs) == 2
+    rtne = not any(o.get("sr") for o in outs)
+    sr16 = rev >= 14 and all(o.get("sr") and o.get("sr16") and o["format"].get("block") == 16 for o in outs)
+    return (rev >= 13 and len(outs) == 2 and (rtne or sr16)
             and all(o["format"]["element"] in FOUR_BIT and not o["format"].get("tile_2d")
-                    and o["format"].get("block") in (16, 32) and not o.get("rht") and not o.get("sr")
-                    and not o.get("container") for o in outs))
+                    and o["format"].get("block") in (16, 32) and not o.get("rht") and not o.get("container")
+                    for o in outs))
 
 
 def call_features(q: dict, rev: int | None) -> np.ndarray:

@@ -171,12 +171,10 @@ GLUON_SR16 = ["ue5m3", "nvfp4", "ufp4", "ufp4-int4", "int4-ue5m3", "e1m2-mx16"] 
 
 
 @pytest.mark.parametrize("name", GLUON_SR16)
-def test_rowcol_gluon_sr16_equals_reference(name, monkeypatch):
+def test_rowcol_gluon_sr16_equals_reference(name):
     """"sr16" on both copies (the column copy's stream at offset + numel), packed: the
-    reference's bits, at a base offset past 2^32, on the Gluon kernel (pinned: its "sr16"
-    calls are slower than the strip kernel's, which serves them by default)."""
+    reference's bits, at a base offset past 2^32, on the Gluon kernel (its route)."""
     _hopper()
-    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
     f = F[name]
     x = testing.make_input("heavy", (384, 640), torch.bfloat16, DEV, seed=13)
     x[5, 77] = float("nan")
@@ -189,14 +187,13 @@ def test_rowcol_gluon_sr16_equals_reference(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["ue5m3", "nvfp4", "ufp4"])
-def test_rowcol_gluon_dy_call_decoded_both(name, monkeypatch):
+def test_rowcol_gluon_dy_call_decoded_both(name):
     """The dY call (ops.rowcol_operands: both copies decoded, "sr16", the seed as a device
-    int64 as under CUDA graphs, and as an int) on the Gluon kernel (pinned): both x_hat
+    int64 as under CUDA graphs, and as an int) on the Gluon kernel (its route): both x_hat
     copies are the reference's unscaled x_hat bit for bit, in x's orientation."""
     _hopper()
     from fourcast.kernels import ops
 
-    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
     f = F[name]
     x = testing.make_input("heavy", (256, 768), torch.bfloat16, DEV, seed=17)
     x[200, 3] = float("inf")
@@ -220,10 +217,33 @@ def test_rowcol_gluon_dy_call_decoded_both(name, monkeypatch):
     assert torch.equal(testing.bits(col.values), testing.bits(want_c))
 
 
+# rowcol_gluon.Config: the session-17 layouts (B / 8 lanes a block) and other one-lane tiles
+GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1)]
+
+
+@pytest.mark.parametrize("tile", GLUON_TILES)
+@pytest.mark.parametrize("name,rounding", [("nvfp4", "rtne"), ("ufp4-int4", "rtne"), ("mxfp4", "rtne"),
+                                           ("ue5m3", "sr16"), ("int4-ue5m3", "sr16")])
+def test_rowcol_gluon_tiles_equal_reference(name, rounding, tile, monkeypatch):
+    """Every tile and layout the benchmarks time gives the reference's bits: both copies
+    packed, NaN in a block, "sr16" at an offset past 2^32."""
+    _hopper()
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol_gluon", tile)
+    f = F[name]
+    x = testing.make_input("heavy", (512, 640), torch.bfloat16, DEV, seed=23)
+    x[300, 9] = float("nan")
+    spec = qk.parse_fmt(f)
+    plan = qk._rowcol_plan(x, spec, rounding, rounding, 0, 0, (True, True), (False, False), False, spec.two_level,
+                           not spec.two_level)
+    assert plan["route"] == "gluon"
+    testing.check_rowcol(x, f, rounding, rounding, 3, 2**32 + 80)
+
+
 def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
     """What rowcol_gluon does not cover goes to the strip kernel: "sr" and "sr4", "sr16" on
     blocks of 32, an RHT, a scaled x_hat or a copy written both ways, 16 x 16 tiles, shapes off
-    its tile, f32 input; "sr16" calls unless pinned to it; CONFIG_OVERRIDE pins either kernel."""
+    its tile, f32 input; CONFIG_OVERRIDE pins either kernel."""
     _hopper()
     nv = qk.parse_fmt(F["nvfp4"])
     x = torch.zeros(512, 768, dtype=torch.bfloat16, device=DEV)
@@ -234,10 +254,7 @@ def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
     assert route() == "gluon"
     assert route(codes=(False, True), xhat=(True, False)) == "strip"  # a scaled x_hat
     assert route(rounding="sr") == route(rounding="sr4") == route(rn=16) == route(xhat=(True, False)) == "strip"
-    assert route(rounding="sr16") == "strip"  # by measurement; pinned, the Gluon kernel takes it:
-    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
     assert route(rounding="sr16") == "gluon" and route(spec=qk.parse_fmt(F["mxfp4"]), rounding="sr16") == "strip"
-    monkeypatch.delitem(qk.CONFIG_OVERRIDE, "rowcol")
     assert route(spec=qk.parse_fmt(F["nvfp4-2d"])) == route(spec=qk.parse_fmt(F["mxfp8"])) == "strip"
     assert route(x=x[:, :704]) == route(x=x[:480]) == route(x=x.float()) == "strip"
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")

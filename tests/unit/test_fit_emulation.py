@@ -116,8 +116,9 @@ def test_the_pin_fit_from_session_16_is_no_worse_and_gives_the_file(F, calls):
 
 def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
     """fit_emulation.on_gluon says which calls ops.rs prices as run on rowcol_gluon
-    (revision 13 on): exactly those whose price at 13 differs from their price at 12. The
-    per-call features do not model that factor, so call_features refuses such calls."""
+    (revision 13 on; from 14 its "sr16" calls with blocks of 16 too): exactly those whose
+    price at 13 or 14 differs from their price at 12. The per-call features do not model
+    that factor, so call_features refuses such calls."""
     hw = fchw.load("h200")
 
     def fmt(element, scale, block, rule, tile_2d=False):
@@ -131,6 +132,11 @@ def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
         [{"format": ue, "decoded": True}, {"format": ue}],
         [{"format": mx}, {"format": mx, "decoded": True}],
         [{"format": nv, "sr": True, "sr16": True}, {"format": nv, "sr": True, "sr16": True}],
+        [{"format": ue, "decoded": True, "sr": True, "sr16": True},
+         {"format": ue, "decoded": True, "sr": True, "sr16": True}],
+        [{"format": mx, "sr": True, "sr16": True}, {"format": mx, "sr": True, "sr16": True}],
+        [{"format": nv, "sr": True}, {"format": nv, "sr": True}],
+        [{"format": nv}, {"format": nv, "sr": True, "sr16": True}],
         [{"format": nv}, {"format": nv, "rht": 16}],
         [{"format": nv}],
         [{"format": mx8}, {"format": mx8}],
@@ -140,11 +146,15 @@ def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
     seen = set()
     for outs in cases:
         q = {"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": outs}
-        old, new = (r.detail["emulation_s"] for r in fchw.op_times(hw, [{**q, "quant_rev": 12}, {**q, "quant_rev": 13}]))
-        assert F.on_gluon(q, 13) == (new != old), outs
+        old, *new = (r.detail["emulation_s"] for r in fchw.op_times(hw, [{**q, "quant_rev": rev} for rev in (12, 13, 14)]))
+        for rev, price in zip((13, 14), new):
+            assert F.on_gluon(q, rev) == (price != old), (rev, outs)
+            seen.add((rev, F.on_gluon(q, rev)))
+            if F.on_gluon(q, rev):
+                with pytest.raises(SystemExit, match="rowcol_gluon"):
+                    F.call_features(q, rev)
         assert not F.on_gluon(q, 12)
-        seen.add(F.on_gluon(q, 13))
-        if F.on_gluon(q, 13):
-            with pytest.raises(SystemExit, match="rowcol_gluon"):
-                F.call_features(q, 13)
-    assert seen == {True, False}
+        assert F.on_gluon(q, None) == F.on_gluon(q, 14)
+    assert seen == {(13, True), (13, False), (14, True), (14, False)}
+    sr16 = cases[3]
+    assert F.on_gluon({"outputs": sr16}, 14) and not F.on_gluon({"outputs": sr16}, 13)

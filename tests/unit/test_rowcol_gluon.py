@@ -1,7 +1,7 @@
 """The Gluon row+col quantizer (kernels/rowcol_gluon.py) without a GPU: which calls it takes,
 and that it compiles for sm_90a with this Triton (the device runs 3.6) into what its design
-says: 16-byte loads, the transpose through shared memory, 32-bit code stores (16-byte x_hat
-stores), no spills.
+says: 16-byte loads, the transpose through shared memory, code bytes 8 a store with one lane
+a block of 16 (4 a store with two lanes a block of 32), 16-byte x_hat stores, no spills.
 Its bytes are checked against the reference on the GPU (tests/gpu/test_fused_gpu.py).
 
 The compiles run in a child process with a fresh Triton cache (as test_gemm_wgmma.py's: the
@@ -30,7 +30,7 @@ from fourcast.kernels import quantize as qk, rowcol_gluon as rg, testing
 from fourcast.kernels.utils import parse_fmt
 
 fmt, cfg, fuse, xhat, extra = json.loads(sys.argv[1])
-k = rg.compile_sm90(qk._constexprs(parse_fmt(testing.FORMATS[fmt]), "rtne"), tuple(cfg), fuse, xhat, **extra)
+k = rg.compile_sm90(qk._constexprs(parse_fmt(testing.FORMATS[fmt]), "rtne"), rg.Config(*cfg), fuse, xhat, **extra)
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
     f.write(k.asm["cubin"])
@@ -41,7 +41,9 @@ ptx = k.asm["ptx"]
 print(json.dumps(dict(local=int(re.search(r"LOCAL:(\d+)", res).group(1)), shared=k.metadata.shared,
                       ld_v4=len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)),
                       ld_shared=len(re.findall(r"ld\.shared", ptx)),
-                      st_b32=len(re.findall(r"st\.global(?:\.\w+)*\.b32", ptx)),
+                      st_b32=len(re.findall(r"st\.global(?:\.\w+)?\.b32", ptx)),
+                      st_v2=len(re.findall(r"st\.global(?:\.\w+)*\.v2\.b32", ptx)),
+                      shfl=len(re.findall(r"shfl\.sync", ptx)),
                       st_v4=len(re.findall(r"st\.global(?:\.\w+)*\.v4\.b32", ptx)),
                       atom=len(re.findall(r"atom\.global(?:\.\w+)*\.max", ptx)))))
 """
@@ -57,24 +59,40 @@ def _compiled(fmt, cfg, fuse=False, xhat=False, **extra) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("fmt,cfg,fuse", [("nvfp4", rg.CONFIG, False), ("mxfp4", rg.CONFIG, True),
-                                          ("int4-ue5m3", (128, 128, 8, 1), False), ("ufp4", (64, 128, 8, 2), False)])
+@pytest.mark.parametrize("fmt,cfg,fuse", [
+    ("nvfp4", rg.CONFIG, False), ("mxfp4", rg.CONFIG, True), ("int4-ue5m3", (128, 128, 8, 1), False),
+    ("ufp4", (64, 128, 4, 2), False), ("nvfp4", (64, 128, 8, 2, None, False), False)])
 def test_compiles_for_sm90_as_designed(fmt, cfg, fuse):
-    bm, bk, warps, iters = cfg
+    cfg = rg.Config(*cfg)
+    one_lane = rg.one_lane_fits(parse_fmt(F[fmt]).block, cfg)
+    assert one_lane == (fmt != "mxfp4" and cfg.one_lane)
     k = _compiled(fmt, cfg, fuse)
     assert k["local"] == 0  # nothing spilled
-    per_thread = iters * bm * bk // (32 * warps)  # elements
+    per_thread = cfg.iters * cfg.bm * cfg.bk // (32 * cfg.warps)  # elements
     assert k["ld_v4"] == per_thread // 8  # rows 2i and 2i + 1: 4 words (8 elements) a load
     assert k["shared"] > 0 and k["ld_shared"] > 0  # the transpose
-    assert k["st_b32"] >= per_thread // 4  # code bytes 4 a store: per_thread / 2 bytes a copy
+    if one_lane:  # a block's 8 code bytes a store, its amax in one thread
+        assert k["st_v2"] == per_thread // 8 and k["shfl"] == 0
+    else:  # code bytes 4 a store: per_thread / 2 bytes a copy
+        assert k["st_b32"] >= per_thread // 4 and k["shfl"] > 0
     assert k["atom"] == (1 if fuse else 0)
+
+
+def test_one_lane_layouts_fit_their_tiles_only():
+    """Config.one_lane's layouts are used where they cover the tile without a lane holding a
+    copy of another's elements: blocks of 16, tiles whose row and column blocks divide a warp."""
+    fits = rg.one_lane_fits
+    assert fits(16, rg.CONFIG) and fits(16, rg.Config(64, 128, 4, 1)) and fits(16, rg.Config(128, 128, 8, 1))
+    assert not fits(32, rg.CONFIG) and not fits(16, rg.CONFIG._replace(one_lane=False))
+    assert not fits(16, rg.Config(32, 128, 8, 1))  # 16 row pairs: 4 lanes x 8 warps would be 32
+    assert not fits(16, rg.Config(64, 64, 8, 1))  # 4 row blocks: 8 lanes x 8 warps of 32 row pairs
 
 
 def test_sr16_dy_call_compiles_without_spills():
     """The dY call (both copies decoded, "sr16", the seed in device memory as under CUDA
     graphs): no spills; both x_hat copies go out 16 bytes a store (the column copy's through
     a second layout conversion)."""
-    bm, bk, warps, iters = rg.CONFIG
+    bm, bk, warps, iters = rg.CONFIG[:4]
     k = _compiled("ue5m3", rg.CONFIG, xhat=True, xhat_c=True, mode=4, seed_ptr=True)
     assert k["local"] == 0
     assert k["st_v4"] == 2 * iters * bm * bk // (32 * warps) // 8
@@ -82,7 +100,7 @@ def test_sr16_dy_call_compiles_without_spills():
 
 def test_decoded_row_goes_out_16_bytes_a_store():
     """The X call's row copy as x_hat: a thread's 8 elements of a row as one 16-byte store."""
-    bm, bk, warps, iters = rg.CONFIG
+    bm, bk, warps, iters = rg.CONFIG[:4]
     k = _compiled("ue5m3", rg.CONFIG, xhat=True)
     assert k["local"] == 0
     assert k["st_v4"] == iters * bm * bk // (32 * warps) // 8

@@ -17,7 +17,9 @@ from fourcast.kernels.utils import Packed
 # 12 the column copy's code and scale bytes stored once a strip program, 13 RTNE row+col
 # calls on rowcol_gluon (0.77-0.81x the strip kernel's time at QLinear's large X and W
 # calls, kernels-h200.md session 17: the model's triton_quant_gluon_time_factor, from
-# kernel benchmarks until a profiled training run at 13 gives calls to fit).
-QUANT_REV = 13
+# kernel benchmarks until a profiled training run at 13 gives calls to fit), 14 rowcol_gluon
+# with a block of 16 in one lane, taking the "sr16" calls with blocks of 16 too (0.66x and
+# 0.95x, session 18: triton_quant_gluon_one_lane_time_factor, _sr16_time_factor).
+QUANT_REV = 14
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

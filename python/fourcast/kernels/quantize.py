@@ -929,10 +929,11 @@ def rowcol_route(spec: Spec, gluon_ok: bool = False) -> str:
     fused X call 193 vs 345 (session 3's split kernel), with a column RHT16 320 vs 392;
     with SR (strip_config's narrower SR tile, session 4) the dY call 606 vs 596 (split,
     since retired) and with a column RHT16 725 vs 717 (transposing).
-    "gluon" (rowcol_gluon.py) where gluon_ok (_gluon_rowcol_ok: its RTNE calls, on an sm_90
-    GPU): session 17 measured 0.78-0.80x the strip kernel's time on NVFP4 codes, 0.80-0.81x
-    on the X call (decoded row + packed column). CONFIG_OVERRIDE["rowcol"] pins "transpose",
-    "strip" or "gluon" (benchmarks; "gluon" also takes its "sr16" calls)."""
+    "gluon" (rowcol_gluon.py) where gluon_ok (_gluon_rowcol_ok: its scope, on an sm_90 GPU):
+    session 18 measured 0.66x the strip kernel's time on NVFP4 codes, 0.68x on the X call
+    (decoded row + packed column), 0.62-0.63x on MXFP4 codes and 0.95x on the dY call (both
+    copies decoded, "sr16"). CONFIG_OVERRIDE["rowcol"] pins "transpose", "strip" or "gluon"
+    (benchmarks)."""
     pin = CONFIG_OVERRIDE.get("rowcol")
     if spec.per_tensor or pin == "transpose":
         return "transpose"
@@ -953,13 +954,9 @@ def _rowcol_gluon():
 
 def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rht: bool, codes_on: tuple,
                      xhat_on: tuple, unscaled: bool = False, xhat_dtype=None) -> bool:
-    """rowcol_gluon serves this call: in its scope (rowcol_gluon.applies), on an sm_90 GPU
-    (gemm's device check), with Gluon importable; "sr16" calls only where pinned there
-    (CONFIG_OVERRIDE["rowcol"] = "gluon"): the dY call ran 1.10-1.14x the strip kernel's
-    time on the H200 (kernels-h200.md, session 17), so the strip kernel keeps them."""
+    """rowcol_gluon serves this call: in its scope (rowcol_gluon.applies: RTNE, or "sr16"
+    with blocks of 16), on an sm_90 GPU (gemm's device check), with Gluon importable."""
     if interpreting() or not x.is_cuda:
-        return False
-    if rounding_r != "rtne" and CONFIG_OVERRIDE.get("rowcol") != "gluon":
         return False
     from fourcast.kernels.gemm import _capability
 

@@ -8,34 +8,42 @@ the same bytes move at 65-68% (kernels-h200.md, session 16, `io_floors`). This k
 the quantizer's arithmetic on that tiling:
 
 - a program loads a [BM, BK] tile as 32-bit words (two bf16 of a row), rows 2i and 2i + 1
-  apart, in a layout where a thread holds 4 words of one row: a row block (B elements,
-  B / 2 words) spans B / 8 lanes, so its amax is an in-thread max and one or two shuffles;
-  the row copy's code bytes (a word's two elements make one) go out 4 a thread;
+  apart, in a layout where a thread holds a whole row block (blocks of 16: 8 words, two
+  16-byte loads), so a block's amax is in-thread (halfword max.u16x2 on the words) and its
+  scale is computed once; the row copy's code bytes (a word's two elements make one) go
+  out 8 a thread;
 - gl.convert_layout moves the words (through shared memory) to a layout where a thread
-  holds 4 row pairs of one word column: a column block (B rows, B / 2 row pairs) again
-  spans B / 8 lanes, and rows 2i and 2i + 1 of a column, which share a byte of the
-  column copy, sit in one thread;
-- each block's scale is computed once per lane that holds a part of it, in the layout
-  that owns the block.
+  holds a whole column block: 8 row pairs of one word column. Rows 2i and 2i + 1 of a
+  column, which share a byte of the column copy, sit in one thread, and the word's halves
+  are two element columns, whose amaxes one max.u16x2 reduction gives together;
+- blocks of 32 keep session 17's layouts (4 words, or 4 row pairs, a thread; a block spans
+  two lanes: one shuffle); `Config.one_lane` = False gives them to blocks of 16 too.
+
+Session 18 (these layouts, the halfword amax, the paired cvt) took NVFP4 codes from
+0.78-0.80x the strip kernel's time to 0.66x, the X call from 0.80-0.81x to 0.68x and the dY call
+("sr16", both copies decoded) from 1.10-1.14x to 0.95x; in one run the layouts alone gave
+0.76x -> 0.66x, 0.77x -> 0.68x and 1.08x -> 0.95x (a group's Philox is drawn once, not on
+both lanes that shared it).
 
 The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, written to
 serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
 reference.quantize bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D
 blocks of 16 or 32, no RHT, bf16 input, R a multiple of BM x ITERS and C of BK; each copy
-packed or decoded (unscaled x_hat in x's orientation: the column copy's goes back to the row
-layout through a second conversion); round-to-nearest-even, or "sr16" on both copies with
-blocks of 16 (a block is a Philox group: philox.sr_uniform_group's stream, the column copy's
-at offset + numel); tensor amaxes given or measured by strip.py's amax pass (or recorded here,
-for a format without a tensor scale). quantize.launch_rowcol routes its RTNE calls here on an
-sm_90 GPU (route "gluon"), and its "sr16" calls only where CONFIG_OVERRIDE pins "gluon": the
-dY call (both copies decoded, "sr16") ran 1.10-1.14x the strip kernel's time (session 17;
-each Philox group is drawn on the two lanes that share it). Every other call goes to strip.py.
+packed or decoded (unscaled x_hat in x's orientation, two values a paired cvt: the column
+copy's goes back to the row layout through a second conversion); round-to-nearest-even, or
+"sr16" on both copies with blocks of 16 (a block is a Philox group: philox.sr_uniform_group's
+stream, the column copy's at offset + numel); tensor amaxes given or measured by strip.py's
+amax pass (or recorded here, for a format without a tensor scale). quantize.launch_rowcol
+routes every call in that scope here on an sm_90 GPU (route "gluon"); every other call goes
+to strip.py.
 
 Gluon has no interpreter: the CPU tier compiles this kernel for sm_90a offline
 (tests/unit/test_rowcol_gluon.py), tests/gpu checks its bytes.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton.language as tl
@@ -44,10 +52,27 @@ from triton.experimental.gluon import language as gl
 
 from fourcast.kernels.quantize import _block_scales, _quant_elems, _tensor_scales
 
-# (BM, BK, warps, row tiles a program[, maxnreg]). The io floor's fastest tiles were 64 x 128 on 4 warps
-# and 128 x 128 on 4 (67-68% of copy, session 16); with the arithmetic, 64 x 128 on 8 warps,
-# two row tiles a program (120 registers), was among the fastest in both shapes (session 17).
-CONFIG = (64, 128, 8, 2)
+
+
+class Config(NamedTuple):
+    """A launch of _rowcol_kernel: a [bm, bk] tile, `iters` row tiles a program.
+    one_lane: with blocks of 16, one lane holds a whole block in both layouts (a row block's
+    8 words; a column block's 8 row pairs), so a block's amax needs no shuffle, its scale
+    is computed once and an "sr16" group is drawn once; otherwise (and with blocks of 32) a
+    block spans B / 8 lanes."""
+
+    bm: int
+    bk: int
+    warps: int
+    iters: int
+    maxnreg: int | None = None
+    one_lane: bool = True
+
+
+# The io floor's fastest tiles were 64 x 128 on 4 warps and 128 x 128 on 4 (67-68% of copy,
+# session 16); with the arithmetic, 64 x 128 on 8 warps, two row tiles a program (120
+# registers), was among the fastest in both shapes (session 17).
+CONFIG = Config(64, 128, 8, 2)
 
 
 @gluon.jit
@@ -58,9 +83,17 @@ def _halves(v):
 
 
 @gluon.jit
-def _abs_bits(v):
-    """max(|lo|, |hi|) of a word's two elements as f32 bits (NaN above +inf's bits)."""
-    return gl.maximum((v << 16) & 0x7FFFFFFF, v & 0x7FFF0000)
+def _max_u16x2(a, b):
+    """Halfword-wise unsigned max of two 32-bit words (one instruction on sm_90)."""
+    return gl.inline_asm_elementwise("max.u16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=gl.int32, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
+def _abs_max16(v, AXIS: gl.constexpr):
+    """Per halfword, the max |x| bits over AXIS of words of two bf16: a bf16's magnitude bits
+    order as its value does, with NaN above +inf (as f32 bits: the halfword << 16)."""
+    return gl.reduce(v & 0x7FFF7FFF, AXIS, _max_u16x2)
 
 
 @gluon.jit
@@ -76,9 +109,13 @@ def _quant(y, sb_mult, sb_sv, sb_bad, ts, u, AXIS: gl.constexpr, EMIN: gl.conste
 @gluon.jit
 def _word(lo, hi, DTYPE: gl.constexpr):
     """Two f32 values (exact in DTYPE, a 16-bit float) as one 32-bit word of DTYPE, lo at
-    the lower address."""
-    lo16 = lo.to(DTYPE).to(gl.int16, bitcast=True).to(gl.int32) & 0xFFFF
-    return lo16 | (hi.to(DTYPE).to(gl.int16, bitcast=True).to(gl.int32) << 16)
+    the lower address: one paired conversion (cvt's first source goes to the upper half)."""
+    if DTYPE == gl.bfloat16:
+        return gl.inline_asm_elementwise("cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f", [hi, lo], dtype=gl.int32,
+                                         is_pure=True, pack=1)
+    else:
+        return gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $1, $2;", "=r,f,f", [hi, lo], dtype=gl.int32,
+                                         is_pure=True, pack=1)
 
 
 @gluon.jit
@@ -113,16 +150,15 @@ def _quant_pair(a, b, sb_mult, sb_sv, sb_bad, ts, seed, counter, n, AXIS: gl.con
 
 
 @gluon.jit
-def _col_half(ye, yo, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr,
+def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr,
               TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
               RULE: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr, S_GMAX: gl.constexpr,
               S_MIN: gl.constexpr, NANB: gl.constexpr, MODE: gl.constexpr):
     """One element column of the column copy ([column block, row pair in block, word column]:
-    ye its rows 2i, yo its rows 2i + 1): (code bytes of the row pairs, scale bytes, x_hat of
-    ye, x_hat of yo). Row 2p (+1) of a block is member 2p (+1) of its "sr16" group."""
-    bits = gl.maximum(ye.to(gl.int32, bitcast=True) & 0x7FFFFFFF, yo.to(gl.int32, bitcast=True) & 0x7FFFFFFF)
-    sb, mult, sv, bad = _block_scales(gl.max(bits, axis=1), s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
-                                      S_GMAX, S_MIN, NANB)
+    ye its rows 2i, yo its rows 2i + 1; bmax its blocks' amax bits): (code bytes of the row
+    pairs, scale bytes, x_hat of ye, x_hat of yo). Row 2p (+1) of a block is member 2p (+1) of its "sr16" group."""
+    sb, mult, sv, bad = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
+                                      NANB)
     codes, x_e, x_o = _quant_pair(ye, yo, mult, sv, bad, s_c, seed, counter, 2 * p, 1, EMIN, MBITS, FIXED, TWOS,
                                   BITS, GMAX, MODE)
     return codes, sb.to(gl.uint8), x_e, x_o
@@ -137,7 +173,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    S_GMAX: gl.constexpr, S_MIN: gl.constexpr, NUM: gl.constexpr, NANB: gl.constexpr,
                    FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, XHAT_C_ON: gl.constexpr, MODE: gl.constexpr,
                    SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
-                   ITERS: gl.constexpr):
+                   ITERS: gl.constexpr, ONE_LANE: gl.constexpr):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on, loading tile it + 1 before it quantizes tile it (as strip.py's
     ITERS); a tile is H row pairs of W words, with blocks of WB words (row copy) or WB row
@@ -147,15 +183,18 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     the 16-bit type of XHAT_R / XHAT_C, in x's orientation: two a word) instead of as codes
     and scale bytes. MODE: 0 round-to-nearest-even, 4 "sr16" (blocks of 16: a block is a
     Philox group; seed, or the int64 it points to (SEED_PTR); the column copy's stream at
-    offset_c, as quantize.launch_rowcol's)."""
+    offset_c, as quantize.launch_rowcol's). ONE_LANE: Config.one_lane's layouts, where
+    one_lane_fits."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = B // 2
-    TB: gl.constexpr = WB // 4  # lanes a block spans: 4 words (row) or 4 row pairs (column) a thread
-    # rows: [row pair, row block, word in block], 4 words of one row a thread (16-byte loads)
-    LR: gl.constexpr = gl.BlockedLayout([1, 1, 4], [2, 16 // TB, TB], [NW, 1, 1], [2, 1, 0])
-    # columns: [column block, row pair in block, word column], 4 row pairs of a word column a thread
-    LC: gl.constexpr = gl.BlockedLayout([1, 4, 1], [8 // TB, TB, 4], [1, 1, NW], [1, 0, 2])
+    if ONE_LANE:  # a whole block a thread: 8 words of one row; 8 row pairs of one word column
+        LR: gl.constexpr = gl.BlockedLayout([1, 1, WB], [32 // (W // WB), W // WB, 1], [NW, 1, 1], [2, 1, 0])
+        LC: gl.constexpr = gl.BlockedLayout([1, WB, 1], [H // WB, 1, 32 // (H // WB)], [1, 1, NW], [1, 0, 2])
+    else:  # TB lanes a block: 4 words of one row (16-byte loads); 4 row pairs of a word column
+        TB: gl.constexpr = WB // 4
+        LR: gl.constexpr = gl.BlockedLayout([1, 1, 4], [2, 16 // TB, TB], [NW, 1, 1], [2, 1, 0])
+        LC: gl.constexpr = gl.BlockedLayout([1, 4, 1], [8 // TB, TB, 4], [1, 1, NW], [1, 0, 2])
     pid_r = gl.program_id(0)
     pid_c = gl.program_id(1)
     if SEED_PTR:
@@ -189,7 +228,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         # ---- the row copy
         for half in gl.static_range(2):
             v = e if half == 0 else o
-            bmax = gl.max(_abs_bits(v), axis=2)
+            m = _abs_max16(v, 2)
+            bmax = gl.maximum(m << 16, m & -65536)  # a row block's words are all its elements
             if FUSE_AMAX:
                 tile_max = gl.maximum(tile_max, gl.max(gl.max(bmax, axis=1), axis=0))
             sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
@@ -210,11 +250,12 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
         e_lo, e_hi = _halves(ec)
         o_lo, o_hi = _halves(oc)
+        m = _max_u16x2(_abs_max16(ec, 1), _abs_max16(oc, 1))  # element columns 2w (low halves) and 2w + 1
         # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" group is its block
         counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j + offset_c
-        b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS, BITS,
+        b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m << 16, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS, BITS,
                                              GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE)
-        b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
+        b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, m & -65536, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
                                              TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
                                              NANB, MODE)
         if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
@@ -251,14 +292,26 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: bool, 
             and R % (bm * iters) == 0 and C % bk == 0)
 
 
+def one_lane_fits(block: int, config: Config) -> bool:
+    """Config.one_lane's layouts serve this block size and tile: blocks of 16 (8 words, 8
+    row pairs), the tile's row blocks and column blocks each dividing a warp, and no
+    layout wider than the tile (no lane would hold a copy of another's elements)."""
+    if block != 16 or not config.one_lane:
+        return False
+    rows, words = config.bm // 2, config.bk // 2
+    row_blocks, col_blocks = words // 8, rows // 8
+    return (row_blocks <= 32 and 32 % row_blocks == 0 and col_blocks <= 32 and 32 % col_blocks == 0
+            and 32 // row_blocks * config.warps <= rows and 32 // col_blocks * config.warps <= words)
+
+
 def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     """_rowcol_kernel's constexprs from quantize._constexprs' (which it shares but for
     the tile, the layouts' warps and what it does not take)."""
-    bm, bk, warps, iters = config[:4]
+    config = Config(*config)
     drop = ("TILE2D", "MODE")
-    launch = dict(num_warps=warps, **({"maxnreg": config[4]} if len(config) > 4 and config[4] else {}))
-    return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=bm, BK=bk, NW=warps, ITERS=iters,
-                **launch)
+    launch = dict(num_warps=config.warps, **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
+    return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=config.bm, BK=config.bk,
+                NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config), **launch)
 
 
 def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:

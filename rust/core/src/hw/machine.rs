@@ -113,7 +113,9 @@ pub struct Eff {
 /// narrower SR tile, which prices its rotation differently (`rht_s_per_elem`) from the
 /// plain tile (`strip_rht_s_per_elem`). From revision 13 an RTNE row+col call without an
 /// RHT on 4-bit formats with 1-D blocks runs the Gluon kernel instead: `call_s +
-/// gluon_time_factor * (that price - call_s)`.
+/// gluon_time_factor * (that price - call_s)`; from revision 14 at
+/// `gluon_one_lane_time_factor`, and its "sr16" calls with blocks of 16 at
+/// `gluon_sr16_time_factor`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulCost {
     pub call_s: f64,
@@ -138,6 +140,11 @@ pub struct EmulCost {
     /// An RTNE row+col call on the Gluon kernel (revision 13 on) costs `call_s` plus this
     /// fraction of the rest of the strip kernel's price.
     pub gluon_time_factor: f64,
+    /// As `gluon_time_factor`, for the RTNE calls of revision 14 on (a block of 16 in one lane).
+    pub gluon_one_lane_time_factor: f64,
+    /// As `gluon_time_factor`, for the "sr16" row+col calls with blocks of 16 that revision
+    /// 14 on runs on the Gluon kernel.
+    pub gluon_sr16_time_factor: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -294,6 +301,14 @@ impl Hw {
                 gather_saving_s_per_elem: optional_ns(&e.triton_quant_gather_saving_ns_per_elem),
                 gluon_time_factor: e
                     .triton_quant_gluon_time_factor
+                    .as_ref()
+                    .map_or(1.0, |n| n.value),
+                gluon_one_lane_time_factor: e
+                    .triton_quant_gluon_one_lane_time_factor
+                    .as_ref()
+                    .map_or(1.0, |n| n.value),
+                gluon_sr16_time_factor: e
+                    .triton_quant_gluon_sr16_time_factor
                     .as_ref()
                     .map_or(1.0, |n| n.value),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,

@@ -192,7 +192,7 @@ const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
 /// absent.
-pub const QUANT_REV: u32 = 13;
+pub const QUANT_REV: u32 = 14;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
@@ -211,6 +211,10 @@ struct QuantKernel {
     /// RTNE row+col calls without an RHT on 4-bit formats with 1-D blocks of 16 or 32 run
     /// kernels/rowcol_gluon.py (session 17 on): `gluon_time_factor` of the strip price.
     gluon: bool,
+    /// rowcol_gluon.py with a block of 16 in one lane (session 18 on): its RTNE calls cost
+    /// `gluon_one_lane_time_factor` of the strip price, and it takes the "sr16" calls with
+    /// blocks of 16 too, at `gluon_sr16_time_factor`.
+    one_lane: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -226,6 +230,7 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
         int_sr16: rev >= 11,
         gather: rev >= 12,
         gluon: rev >= 13,
+        one_lane: rev >= 14,
     })
 }
 
@@ -313,15 +318,23 @@ fn emulated_quant_s(
             // Revision 13 on (kernels/quantize.py rowcol_route): the Gluon kernel takes RTNE
             // row+col calls without an RHT on 4-bit formats with 1-D blocks (decoded copies
             // included, fake-quant containers not), priced as a measured fraction of the
-            // strip kernel's time on the same calls (kernels-h200.md, session 17).
+            // strip kernel's time on the same calls (kernels-h200.md, sessions 17 and 18);
+            // from revision 14 also "sr16" calls (both copies) with blocks of 16.
+            let all_sr16 =
+                stochastic16 == elems && kernel.one_lane && outs.iter().all(|o| o.fmt.block == 16);
             let on_gluon = kernel.gluon
                 && written.no_container
                 && outs.len() == 2
-                && !sr_any
+                && (!sr_any || all_sr16)
                 && rotated == 0.0
                 && outs.iter().all(|o| {
                     o.fmt.elem.bits() == 4 && !o.fmt.tile_2d && matches!(o.fmt.block, 16 | 32)
                 });
+            let gluon_factor = match (kernel.one_lane, sr_any) {
+                (false, _) => e.gluon_time_factor,
+                (true, false) => e.gluon_one_lane_time_factor,
+                (true, true) => e.gluon_sr16_time_factor,
+            };
             let strip_s = e.call_s
                 + elems * e.s_per_elem
                 + rotated * rht_s
@@ -342,7 +355,7 @@ fn emulated_quant_s(
                     0.0 // the float sr16 of revisions before 11
                 };
             Ok(Some(if on_gluon {
-                e.call_s + e.gluon_time_factor * (strip_s - e.call_s)
+                e.call_s + gluon_factor * (strip_s - e.call_s)
             } else {
                 strip_s
             }))

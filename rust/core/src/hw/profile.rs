@@ -217,6 +217,14 @@ pub struct Emulation {
     /// call's part beyond `triton_quant_call_us` (absent: 1, the strip kernel's price).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_time_factor`, for the RTNE calls of quantizer revision 14 on
+    /// (rowcol_gluon.py with a block of 16 in one lane; absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_one_lane_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_time_factor`, for the "sr16" row+col calls with blocks of 16
+    /// that quantizer revision 14 on runs on rowcol_gluon.py (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_sr16_time_factor: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,

@@ -720,10 +720,12 @@ fn emulated_strip_programs_of_several_tiles_save_per_overlapped_element() {
 
 #[test]
 fn emulated_integer_sr16_saves_per_stochastically_rounded_element() {
-    // Quantizer revision 11 (session 11, training-h200 run 17 on; the default) rounds "sr16"
-    // in integers: each element written with sr16 saves the fitted term, whatever the
-    // kernel (the strip kernel's row+col call, or a rotated row copy beside an sr16 column
-    // copy). Revisions 10 and before ran the float form: no saving; nor do other roundings.
+    // Quantizer revision 11 (session 11, training-h200 run 17 on) rounds "sr16" in
+    // integers: each element written with sr16 saves the fitted term, whatever the kernel
+    // (the strip kernel's row+col call, or a rotated row copy beside an sr16 column copy).
+    // Revisions 10 and before ran the float form: no saving; nor do other roundings. From
+    // revision 14 (the default) a row+col sr16 call on blocks of 16 runs the Gluon kernel:
+    // the saving scaled by its factor.
     let term = "emulation.triton_quant_sr16_int_saving_ns_per_elem";
     assert!(
         (h200_with(term, "0.0002")
@@ -737,8 +739,11 @@ fn emulated_integer_sr16_saves_per_stochastically_rounded_element() {
     let saved = |outs: &str, extra: &str| emulation_saving(term, "0.0002", outs, extra);
     let n = 75497472.0; // 32768 x 2304, a dY call of the 125M model
     let both = r#"{"format": "nvfp4", "sr": true, "sr16": true}, {"format": "nvfp4", "sr": true, "sr16": true}"#;
-    assert!((saved(both, "") - 2.0 * n * 0.0002e-9).abs() < 1e-15);
-    assert_eq!(saved(both, r#", "quant_rev": 11"#), saved(both, ""));
+    let rev13 = r#", "quant_rev": 13"#;
+    assert!((saved(both, rev13) - 2.0 * n * 0.0002e-9).abs() < 1e-15);
+    assert_eq!(saved(both, r#", "quant_rev": 11"#), saved(both, rev13));
+    let factor = hw("h200").emulation.unwrap().gluon_sr16_time_factor;
+    assert!((saved(both, "") - factor * saved(both, rev13)).abs() < 1e-15);
     for rev in [9, 10] {
         assert_eq!(saved(both, &format!(r#", "quant_rev": {rev}"#)), 0.0);
     }
@@ -917,21 +922,27 @@ fn emulated_quantizer_prices_rotation_by_kernel() {
     assert!((old - 1e7 * e.rht_s_per_elem).abs() <= 1e-12, "{old}");
 }
 
+/// The emulated price of a 32768 x 2304 row+col quantize call (fourcast-triton, amaxes
+/// given) with these outputs and extra op fields.
+fn emulated_quant_price(hw: &Hw, outs: &str, extra: &str) -> f64 {
+    let op = format!(
+        r#"{{"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": [{outs}]{extra}}}"#
+    );
+    op_time(hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+}
+
 #[test]
 fn emulated_gluon_route_prices_rtne_row_col_calls_as_a_fraction_of_the_strip_price() {
-    // Quantizer revision 13 (session 17, the default): RTNE row+col calls without an RHT on
-    // 4-bit formats with 1-D blocks run kernels/rowcol_gluon.py, priced `call_s + factor *
-    // (strip price - call_s)`. SR, an RHT, one copy, 2-D tiles, 8-bit copies, fake-quant
-    // containers and revision 12 keep the strip kernel's price.
+    // Quantizer revision 13 (session 17): RTNE row+col calls without an RHT on 4-bit formats
+    // with 1-D blocks run kernels/rowcol_gluon.py, priced `call_s + factor * (strip price -
+    // call_s)`. SR, an RHT, one copy, 2-D tiles, 8-bit copies, fake-quant containers and
+    // revision 12 keep the strip kernel's price.
     let term = "emulation.triton_quant_gluon_time_factor";
     let half = h200_with(term, "0.5");
     let e = half.emulation.unwrap();
     assert_eq!(e.gluon_time_factor, 0.5);
     let price = |hw: &Hw, outs: &str, extra: &str| {
-        let op = format!(
-            r#"{{"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": [{outs}]{extra}}}"#
-        );
-        op_time(hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+        emulated_quant_price(hw, outs, &format!(r#"{extra}, "quant_rev": 13"#))
     };
     let rev12 = r#", "quant_rev": 12"#;
     for outs in [
@@ -940,7 +951,7 @@ fn emulated_gluon_route_prices_rtne_row_col_calls_as_a_fraction_of_the_strip_pri
         r#"{"format": "mxfp4"}, {"format": "mxfp4", "decoded": true}"#,
         r#"{"format": "int4"}, {"format": "int4"}"#,
     ] {
-        let strip = price(&half, outs, rev12);
+        let strip = emulated_quant_price(&half, outs, rev12);
         assert!(
             (price(&half, outs, "") - (e.call_s + 0.5 * (strip - e.call_s))).abs() < 1e-15,
             "{outs}"
@@ -956,7 +967,80 @@ fn emulated_gluon_route_prices_rtne_row_col_calls_as_a_fraction_of_the_strip_pri
         r#"{"format": "nvfp4", "container": "bf16"}, {"format": "nvfp4", "container": "bf16"}"#,
         &format!(r#"{{"format": {nv2d}}}, {{"format": {nv2d}}}"#),
     ] {
-        assert_eq!(price(&half, outs, ""), price(&half, outs, rev12), "{outs}");
+        assert_eq!(
+            price(&half, outs, ""),
+            emulated_quant_price(&half, outs, rev12),
+            "{outs}"
+        );
+    }
+}
+
+#[test]
+fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors() {
+    // Quantizer revision 14 (session 18, the default): rowcol_gluon.py with a block of 16 in
+    // one lane; its RTNE calls cost `gluon_one_lane_time_factor` of the strip price beyond
+    // call_s, and it takes the "sr16" calls with blocks of 16 (both copies), at
+    // `gluon_sr16_time_factor`. "sr16" on blocks of 32, "sr" and "sr4", an RHT and one "sr16"
+    // copy beside an RTNE one keep the strip price; revision 13 keeps its own factor.
+    let hw = Hw::from_profile(
+        &Profile::load("h200")
+            .unwrap()
+            .set("emulation.triton_quant_gluon_one_lane_time_factor", "0.25")
+            .unwrap()
+            .set("emulation.triton_quant_gluon_sr16_time_factor", "0.75")
+            .unwrap()
+            .set("emulation.triton_quant_gluon_time_factor", "0.5")
+            .unwrap(),
+    );
+    let e = hw.emulation.unwrap();
+    let (rev12, rev13) = (r#", "quant_rev": 12"#, r#", "quant_rev": 13"#);
+    let scaled = |outs: &str, factor: f64| {
+        let strip = emulated_quant_price(&hw, outs, rev12);
+        e.call_s + factor * (strip - e.call_s)
+    };
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
+    for outs in [
+        r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#,
+        r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3"}"#,
+        r#"{"format": "mxfp4"}, {"format": "mxfp4"}"#,
+    ] {
+        assert!(
+            close(emulated_quant_price(&hw, outs, ""), scaled(outs, 0.25)),
+            "{outs}"
+        );
+        assert!(
+            close(emulated_quant_price(&hw, outs, rev13), scaled(outs, 0.5)),
+            "{outs}"
+        );
+    }
+    let sr16 = r#""sr": true, "sr16": true"#;
+    for outs in [
+        format!(
+            r#"{{"format": "ue5m3", "decoded": true, {sr16}}}, {{"format": "ue5m3", "decoded": true, {sr16}}}"#
+        ),
+        format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", {sr16}}}"#),
+    ] {
+        assert!(
+            close(emulated_quant_price(&hw, &outs, ""), scaled(&outs, 0.75)),
+            "{outs}"
+        );
+        assert_eq!(
+            emulated_quant_price(&hw, &outs, rev13),
+            emulated_quant_price(&hw, &outs, rev12),
+            "{outs}"
+        );
+    }
+    for outs in [
+        format!(r#"{{"format": "mxfp4", {sr16}}}, {{"format": "mxfp4", {sr16}}}"#),
+        r#"{"format": "nvfp4", "sr": true}, {"format": "nvfp4", "sr": true}"#.to_string(),
+        format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", "rht": 16, {sr16}}}"#),
+        format!(r#"{{"format": "nvfp4"}}, {{"format": "nvfp4", {sr16}}}"#),
+    ] {
+        assert_eq!(
+            emulated_quant_price(&hw, &outs, ""),
+            emulated_quant_price(&hw, &outs, rev12),
+            "{outs}"
+        );
     }
 }
 
@@ -983,11 +1067,11 @@ fn emulated_gathered_column_stores_save_per_input_element_of_a_packed_column_cop
     let rev12 = r#", "quant_rev": 12"#;
     assert!((saved(x, rev12) - n * 0.0003e-9).abs() < 1e-15);
     assert_eq!(saved(x, r#", "quant_rev": 11"#), 0.0);
-    // Revision 13 runs this RTNE call on the Gluon kernel: the strip price scaled, saving too.
+    // Revision 14 runs this RTNE call on the Gluon kernel: the strip price scaled, saving too.
     let factor = Hw::from_profile(&Profile::load("h200").unwrap())
         .emulation
         .unwrap()
-        .gluon_time_factor;
+        .gluon_one_lane_time_factor;
     assert!((saved(x, "") - factor * saved(x, rev12)).abs() < 1e-15);
     let dy = r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3", "decoded": true}"#;
     assert_eq!(saved(dy, ""), 0.0);
