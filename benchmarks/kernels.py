@@ -358,8 +358,7 @@ def _same_tensors(got, want) -> bool:
 
 
 # rowcol_gluon.Config fields: (BM, BK, warps, row tiles a program, maxnreg, one lane a block of 16)
-GLUON_TILES = ((64, 128, 8, 2, None, False), (64, 128, 8, 2, None, True), (64, 128, 8, 1, None, True),
-               (128, 128, 8, 1, None, True))
+GLUON_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 128, 8, 2, None, False))
 
 
 @section("rowcol gluon: the Gluon row+col quantizer per tile, against the strip kernel")
@@ -379,17 +378,23 @@ def rowcol_gluon():
         x = rand(shape)
         amax = x.abs().amax().float()
         dy_call = ((False, False), (True, True))
-        calls = (("row+col nvfp4 delayed (codes)", nv, "rtne", packed, 2, False, lambda: qk.quantize_rowcol(
+        s16 = ref.rht_signs(16, "te").to(DEV)
+        calls = (("row+col nvfp4 delayed (codes)", nv, "rtne", packed, 2, False, 0, lambda: qk.quantize_rowcol(
                      x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)),
-                 ("row+col mxfp4 (codes)", mx, "rtne", packed, 2, False, lambda: qk.quantize_rowcol(
+                 ("row+col mxfp4 (codes)", mx, "rtne", packed, 2, False, 0, lambda: qk.quantize_rowcol(
                      x, mx, mx, "rtne", "rtne", 0, 0, None, None)),
-                 ("X: decoded row + packed col, ue5m3 delayed", ue, "rtne", x_call, (1, 1), None,
+                 ("X: decoded row + packed col, ue5m3 delayed", ue, "rtne", x_call, (1, 1), None, 0,
                   lambda: ops.rowcol_operands(x, ue, tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))),
-                 ("dY: decoded row + col, ue5m3 delayed, SR16", ue, "sr16", dy_call, 2, True,
+                 ("dY: decoded row + col, ue5m3 delayed, SR16", ue, "sr16", dy_call, 2, True, 0,
                   lambda: ops.rowcol_operands(x, ue, rounding="sr16", seed=1, tensor_amax=amax, tensor_amax_col=amax,
-                                              outputs=("decoded", "decoded"))))
-        for name, f, rounding, (codes_on, xhat_on), copies, xhat, fn in calls:
+                                              outputs=("decoded", "decoded"))),
+                 ("row+col nvfp4, col RHT16+SR16 (TE dY, codes)", nv, "sr16", packed, 2, False, 16,
+                  lambda: qk.quantize_rowcol(x, nv, nv, "sr16", "sr16", 0, 0, None, (16, s16), amax, amax)),
+                 ("X nvfp4: decoded row + packed col RHT16", nv, "rtne", x_call, (1, 1), None, 16,
+                  lambda: ops.rowcol_operands(x, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax,
+                                              outputs=("decoded", "packed"))))
+        for name, f, rounding, (codes_on, xhat_on), copies, xhat, rn_c, fn in calls:
             want = _route("strip", fn)
             times = {}
             for sample in range(ARGS.repeat):
@@ -401,9 +406,11 @@ def rowcol_gluon():
                 for tile in GLUON_TILES:
                     qk.CONFIG_OVERRIDE["rowcol_gluon"] = tile
                     try:
+                        routed = _route("gluon", lambda: qk._gluon_rowcol_ok(
+                            x, qk.parse_fmt(f), rounding, rounding, (0, rn_c), codes_on, xhat_on, True, torch.bfloat16))
+                        if not routed and rn_c:  # a column RHT needs the one-lane layouts
+                            continue
                         if sample == 0:
-                            routed = _route("gluon", lambda: qk._gluon_rowcol_ok(
-                                x, qk.parse_fmt(f), rounding, rounding, False, codes_on, xhat_on, True, torch.bfloat16))
                             same = routed and _same_tensors(_route("gluon", fn), want)
                             RES["checks"].append(dict(what=f"rowcol gluon {name} {tile} {shape}: routed there, "
                                                       "bytes = strip's", ok=same))
@@ -457,7 +464,8 @@ def qvariants(x):
             x, nv, nv, "sr", "sr", 0, 0, None, (16, s16), amax, amax)),
     )
     for name, copies, xhat, blk, fn in calls:
-        gluon = "RHT" not in name and ("SR" not in name or "SR16" in name)  # rowcol_gluon's scope
+        # rowcol_gluon's scope: RTNE or SR16, no RHT but a column RHT16
+        gluon = ("SR" not in name or "SR16" in name) and ("RHT" not in name or "col RHT16" in name)
         for route in ("gluon", "strip", "transpose") if gluon else ("strip", "transpose"):
             yield f"{name} [{route}]", copies, xhat, blk, (lambda fn=fn, route=route: _route(route, fn))
     yield "fake-quant row nvfp4", 1, True, 16, lambda: fk.fake_quant(x, nv)

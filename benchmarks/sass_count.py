@@ -107,23 +107,24 @@ def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unsc
                 rht=rn_c, out=out, instr=n, per_elem=n / (br * bc / (32 * warps)))
 
 
-def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = "rtne") -> dict:
-    """rowcol_gluon's kernel (no RHT) at its default tile: both copies packed, the X call's
-    decoded row (unscaled) + packed column, or the dY call (both decoded, "sr16"). Its loop
-    over ITERS row tiles is unrolled, so the count covers all of a program's tiles."""
+def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = "rtne", rn_c: int = 0) -> dict:
+    """rowcol_gluon's kernel at its default tile: both copies packed, the X call's decoded
+    row (unscaled) + packed column, or the dY call (both decoded, "sr16"); rn_c: a column
+    RHT. Its loop over ITERS row tiles is unrolled, so the count covers all of a program's
+    tiles."""
     from fourcast.kernels import rowcol_gluon as rg
 
     spec = parse_fmt(_fmt(fmt))
-    bm, bk, warps, iters = rg.CONFIG
+    bm, bk, warps, iters = rg.CONFIG[:4]
     k = rg.compile_sm90(qk._constexprs(spec, rounding), rg.CONFIG, fuse=False, xhat_r=xhat_r, xhat_c=xhat_c,
-                        mode=qk.ROUND_ID[rounding])
+                        mode=qk.ROUND_ID[rounding], rn_c=rn_c)
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
         n = _count(subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout)
     out = "+".join(("x_hat unscaled" if on else "codes") for on in (xhat_r, xhat_c))
-    return dict(kernel=f"rowcol gluon {bm}x{bk} x{iters}", fmt=fmt, rounding=rounding, rht=0, out=out, instr=n,
+    return dict(kernel=f"rowcol gluon {bm}x{bk} x{iters}", fmt=fmt, rounding=rounding, rht=rn_c, out=out, instr=n,
                 per_elem=n / (iters * bm * bk / (32 * warps)))
 
 
@@ -154,6 +155,10 @@ def main() -> None:
         rows.append(gluon("e2m1/ue5m3/16/te", xhat_r=True))
         rows.append(gluon("e2m1/ue8m0/32/floor"))
         rows.append(gluon("e2m1/ue5m3/16/te", xhat_r=True, xhat_c=True, rounding="sr16"))
+        rows.append(strip("e2m1/e4m3/16/te", "sr16", rn_c=16))
+        rows.append(gluon("e2m1/e4m3/16/te", rounding="sr16", rn_c=16))
+        rows.append(strip("e2m1/e4m3/16/te", "rtne", codes=(False, True), xhat=(True, False), unscaled=True, rn_c=16))
+        rows.append(gluon("e2m1/e4m3/16/te", xhat_r=True, rn_c=16))
     if args.json:
         print(json.dumps(rows, indent=1))
         return

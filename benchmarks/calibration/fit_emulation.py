@@ -338,15 +338,20 @@ def on_gluon(q: dict, rev: int | None) -> bool:
     """Whether ops.rs prices this call as run on kernels/rowcol_gluon.py (revision 13 on: an
     RTNE row+col call without an RHT on 4-bit formats with 1-D blocks of 16 or 32, no
     fake-quant container; from revision 14 also such a call with "sr16" on both copies and
-    blocks of 16; emulated_quant_s `on_gluon`)."""
+    blocks of 16, or with an RHT of 16 on a packed column copy alone, blocks of 16;
+    emulated_quant_s `on_gluon`)."""
     rev = QUANT_REV if rev is None else rev
     outs = q.get("outputs", [])
+    if len(outs) != 2:
+        return False
+    blocks16 = all(o["format"].get("block") == 16 for o in outs)
     rtne = not any(o.get("sr") for o in outs)
-    sr16 = rev >= 14 and all(o.get("sr") and o.get("sr16") and o["format"].get("block") == 16 for o in outs)
-    return (rev >= 13 and len(outs) == 2 and (rtne or sr16)
+    sr16 = rev >= 14 and blocks16 and all(o.get("sr") and o.get("sr16") for o in outs)
+    rht = [o.get("rht", 0) for o in outs]
+    col_rht16 = rev >= 14 and blocks16 and rht == [0, 16] and not outs[1].get("decoded")
+    return (rev >= 13 and (rtne or sr16) and (rht == [0, 0] or col_rht16)
             and all(o["format"]["element"] in FOUR_BIT and not o["format"].get("tile_2d")
-                    and o["format"].get("block") in (16, 32) and not o.get("rht") and not o.get("container")
-                    for o in outs))
+                    and o["format"].get("block") in (16, 32) and not o.get("container") for o in outs))
 
 
 def call_features(q: dict, rev: int | None) -> np.ndarray:

@@ -217,6 +217,47 @@ def test_rowcol_gluon_dy_call_decoded_both(name):
     assert torch.equal(testing.bits(col.values), testing.bits(want_c))
 
 
+@pytest.mark.parametrize("name", ["nvfp4", "ufp4", "int4-ue5m3", "e1m2-mx16"])
+@pytest.mark.parametrize("rounding,kind", [("rtne", "heavy"), ("rtne", "huge"), ("rtne", "tiny"), ("sr16", "heavy")])
+def test_rowcol_gluon_column_rht16_equals_reference(name, rounding, kind):
+    """A column RHT of 16 (TE's Wgrad operands) on the Gluon kernel: both packed copies, the
+    column copy rotated in f64 in one thread, bit for bit against the reference, with
+    exponents far apart (huge, tiny: the f64 butterflies' order matters), NaN in a block and
+    "sr16" at an offset past 2^32; a single-level format records both amaxes."""
+    _hopper()
+    f = F[name]
+    spec = qk.parse_fmt(f)
+    x = testing.make_input(kind, (512, 640), torch.bfloat16, DEV, seed=29, fmt=f)
+    x[77, 5] = float("nan")
+    signs = ref.rht_signs(16, "te").to(DEV)
+    plan = qk._rowcol_plan(x, spec, rounding, rounding, 0, 16, (True, True), (False, False), False, spec.two_level,
+                           not spec.two_level)
+    assert plan["route"] == "gluon"
+    for _ in range(2):
+        testing.check_rowcol(x, f, rounding, rounding, 5, 2**32 + 16, None, (16, signs))
+
+
+@pytest.mark.parametrize("name", ["nvfp4", "ufp4"])
+def test_rowcol_gluon_x_call_column_rht16(name):
+    """TE's X call: the row copy decoded, the column copy packed after an RHT of 16, on the
+    Gluon kernel, the reference's bits."""
+    _hopper()
+    from fourcast.kernels import ops
+
+    f = F[name]
+    x = testing.make_input("heavy", (256, 640), torch.bfloat16, DEV, seed=31)
+    amax = x.abs().amax().float()
+    signs = ref.rht_signs(16, "te").to(DEV)
+    plan = qk._rowcol_plan(x, qk.parse_fmt(f), "rtne", "rtne", 0, 16, (False, True), (True, False), True, False,
+                           False, torch.bfloat16)
+    assert plan["route"] == "gluon"
+    dec, col = ops.rowcol_operands(x, f, rht_col=(16, signs), tensor_amax=amax, tensor_amax_col=amax,
+                                   outputs=("decoded", "packed"))
+    want_r = ref.quantize(x, f, tensor_amax=amax)
+    assert torch.equal(testing.bits(dec.values), testing.bits(testing.dequantize_unscaled(want_r, x.dtype)))
+    assert testing.packed_diff(col, ref.quantize(x, f, axis=0, rht=(16, signs), tensor_amax=amax)) == []
+
+
 # rowcol_gluon.Config: the session-17 layouts (B / 8 lanes a block) and other one-lane tiles
 GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1)]
 
@@ -242,18 +283,20 @@ def test_rowcol_gluon_tiles_equal_reference(name, rounding, tile, monkeypatch):
 
 def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
     """What rowcol_gluon does not cover goes to the strip kernel: "sr" and "sr4", "sr16" on
-    blocks of 32, an RHT, a scaled x_hat or a copy written both ways, 16 x 16 tiles, shapes off
+    blocks of 32, a row RHT (or a column one on a decoded copy), a scaled x_hat or a copy written both ways, 16 x 16 tiles, shapes off
     its tile, f32 input; CONFIG_OVERRIDE pins either kernel."""
     _hopper()
     nv = qk.parse_fmt(F["nvfp4"])
     x = torch.zeros(512, 768, dtype=torch.bfloat16, device=DEV)
 
-    def route(x=x, spec=nv, rounding="rtne", rn=0, codes=(True, True), xhat=(False, False)):
-        return qk._rowcol_plan(x, spec, rounding, rounding, rn, 0, codes, xhat, False, True, False)["route"]
+    def route(x=x, spec=nv, rounding="rtne", rn=0, codes=(True, True), xhat=(False, False), rnc=0):
+        return qk._rowcol_plan(x, spec, rounding, rounding, rn, rnc, codes, xhat, False, True, False)["route"]
 
     assert route() == "gluon"
     assert route(codes=(False, True), xhat=(True, False)) == "strip"  # a scaled x_hat
     assert route(rounding="sr") == route(rounding="sr4") == route(rn=16) == route(xhat=(True, False)) == "strip"
+    assert route(rnc=16) == route(rnc=16, rounding="sr16") == "gluon"  # a column RHT of 16
+    assert route(rnc=16, codes=(True, False), xhat=(False, True)) == "strip"  # ... on a decoded column copy
     assert route(rounding="sr16") == "gluon" and route(spec=qk.parse_fmt(F["mxfp4"]), rounding="sr16") == "strip"
     assert route(spec=qk.parse_fmt(F["nvfp4-2d"])) == route(spec=qk.parse_fmt(F["mxfp8"])) == "strip"
     assert route(x=x[:, :704]) == route(x=x[:480]) == route(x=x.float()) == "strip"

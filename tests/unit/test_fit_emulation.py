@@ -116,7 +116,7 @@ def test_the_pin_fit_from_session_16_is_no_worse_and_gives_the_file(F, calls):
 
 def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
     """fit_emulation.on_gluon says which calls ops.rs prices as run on rowcol_gluon
-    (revision 13 on; from 14 its "sr16" calls with blocks of 16 too): exactly those whose
+    (revision 13 on; from 14 its "sr16" calls and column RHTs of 16 too): exactly those whose
     price at 13 or 14 differs from their price at 12. The per-call features do not model
     that factor, so call_features refuses such calls."""
     hw = fchw.load("h200")
@@ -138,6 +138,11 @@ def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
         [{"format": nv, "sr": True}, {"format": nv, "sr": True}],
         [{"format": nv}, {"format": nv, "sr": True, "sr16": True}],
         [{"format": nv}, {"format": nv, "rht": 16}],
+        [{"format": nv, "sr": True, "sr16": True}, {"format": nv, "rht": 16, "sr": True, "sr16": True}],
+        [{"format": ue, "decoded": True}, {"format": ue, "rht": 16}],
+        [{"format": nv, "rht": 16}, {"format": nv}],
+        [{"format": nv}, {"format": nv, "rht": 16, "decoded": True}],
+        [{"format": mx}, {"format": mx, "rht": 32}],
         [{"format": nv}],
         [{"format": mx8}, {"format": mx8}],
         [{"format": nv, "container": "bf16"}, {"format": nv, "container": "bf16"}],

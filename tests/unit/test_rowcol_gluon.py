@@ -78,6 +78,19 @@ def test_compiles_for_sm90_as_designed(fmt, cfg, fuse):
     assert k["atom"] == (1 if fuse else 0)
 
 
+@pytest.mark.parametrize("fmt,fuse,mode", [("nvfp4", False, 4), ("e1m2-mx16", True, 0)])
+def test_column_rht16_compiles_in_thread(fmt, fuse, mode):
+    """A column RHT of 16 on the one-lane layout: the f64 butterflies stay in each thread (no
+    shuffles but a fused amax's), nothing spills, code bytes still 8 a store; a single-level format records
+    two amaxes (the row copy's, the rotated column copy's)."""
+    cfg = rg.CONFIG
+    k = _compiled(fmt, cfg, fuse, rn_c=16, mode=mode)
+    per_thread = cfg.iters * cfg.bm * cfg.bk // (32 * cfg.warps)
+    assert k["local"] == 0 and (fuse or k["shfl"] == 0)  # a fused amax reduces across lanes
+    assert k["st_v2"] == per_thread // 8
+    assert k["atom"] == (2 if fuse else 0)
+
+
 def test_one_lane_layouts_fit_their_tiles_only():
     """Config.one_lane's layouts are used where they cover the tile without a lane holding a
     copy of another's elements: blocks of 16, tiles whose row and column blocks divide a warp."""
@@ -106,7 +119,7 @@ def test_decoded_row_goes_out_16_bytes_a_store():
     assert k["st_v4"] == iters * bm * bk // (32 * warps) // 8
 
 
-def _applies(x, fmt="nvfp4", rounding="rtne", rht=False, codes=(True, True), xhat=(False, False), unscaled=True,
+def _applies(x, fmt="nvfp4", rounding="rtne", rht=(0, 0), codes=(True, True), xhat=(False, False), unscaled=True,
              dtype=torch.bfloat16, config=rg.CONFIG):
     return rg.applies(x, parse_fmt(F[fmt]), rounding, rounding, rht, codes, xhat, unscaled, dtype, config)
 
@@ -115,9 +128,15 @@ def test_applies_to_its_scope_only():
     x = torch.zeros(128, 256, dtype=torch.bfloat16)
     assert _applies(x) and _applies(x, "mxfp4") and _applies(x, "ufp4-int4") and _applies(x, "int4-ue5m3")
     assert not _applies(x, "nvfp4-2d") and not _applies(x, "mxfp8") and not _applies(x, "fp8")
-    assert not _applies(x, rounding="sr") and not _applies(x, rounding="sr4") and not _applies(x, rht=True)
+    assert not _applies(x, rounding="sr") and not _applies(x, rounding="sr4")
+    # a column RHT of 16: blocks of 16 in one lane, the column copy packed; no row RHT
+    assert _applies(x, rht=(0, 16)) and _applies(x, rht=(0, 16), rounding="sr16")
+    assert _applies(x, rht=(0, 16), codes=(False, True), xhat=(True, False))  # the X call
+    assert not _applies(x, rht=(0, 16), codes=(True, False), xhat=(False, True))  # a decoded column
+    assert not _applies(x, rht=(16, 0)) and not _applies(x, rht=(0, 32)) and not _applies(x, "mxfp4", rht=(0, 32))
+    assert not _applies(x, rht=(0, 16), config=(64, 128, 8, 2, None, False))
     assert _applies(x, rounding="sr16") and not _applies(x, "mxfp4", rounding="sr16")  # "sr16": a block is a group
-    assert not rg.applies(x, parse_fmt(F["nvfp4"]), "rtne", "sr16", False, (True, True), (False, False), True,
+    assert not rg.applies(x, parse_fmt(F["nvfp4"]), "rtne", "sr16", (0, 0), (True, True), (False, False), True,
                           torch.bfloat16)  # one rounding for both copies
     assert not _applies(x, codes=(True, False)) and not _applies(x, xhat=(True, True))  # one output a copy
     x_call = dict(codes=(False, True), xhat=(True, False))  # ops.rowcol_operands' X call
@@ -130,13 +149,16 @@ def test_applies_to_its_scope_only():
     assert _applies(x, config=(64, 128, 4, 2)) and not _applies(x, config=(64, 128, 4, 4))
 
 
-@pytest.mark.parametrize("name,rounding,codes,xhat,amax,seed", [
-    ("nvfp4", "rtne", (True, True), (False, False), None, 0),  # two-level, measured: strip.py's amax pass first
-    ("mxfp4", "rtne", (True, True), (False, False), None, 0),  # single-level: the amax recorded in-kernel
-    ("ue5m3", "rtne", (False, True), (True, False), 0.5, 0),  # the X call, amax given
-    ("ue5m3", "sr16", (False, False), (True, True), 0.5, "tensor"),  # the dY call, seed in memory
+@pytest.mark.parametrize("name,rounding,codes,xhat,amax,seed,rn_c", [
+    ("nvfp4", "rtne", (True, True), (False, False), None, 0, 0),  # two-level, measured: strip.py's amax pass first
+    ("mxfp4", "rtne", (True, True), (False, False), None, 0, 0),  # single-level: the amax recorded in-kernel
+    ("ue5m3", "rtne", (False, True), (True, False), 0.5, 0, 0),  # the X call, amax given
+    ("ue5m3", "sr16", (False, False), (True, True), 0.5, "tensor", 0),  # the dY call, seed in memory
+    ("nvfp4", "sr16", (True, True), (False, False), None, 0, 16),  # TE's dY call: a column RHT of 16
+    ("e1m2-mx16", "rtne", (True, True), (False, False), None, 0, 16),  # single-level, rotated column: two amaxes
 ])
-def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name, rounding, codes, xhat, amax, seed):
+def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name, rounding, codes, xhat, amax, seed,
+                                                              rn_c):
     """quantize.launch_rowcol on the Gluon route (forced here; it needs an sm_90 GPU): the
     launch's runtime arguments are the kernel's, in its order, and every constexpr is given,
     so what tests/gpu checks in bits is what a launch hands over."""
@@ -147,7 +169,9 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     x = torch.zeros(256, 384, dtype=torch.bfloat16)
     seed_arg = torch.tensor([5], dtype=torch.int64) if seed == "tensor" else 5
     spec = parse_fmt(F[name])
-    o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, None, None, amax, amax, write_codes=codes,
+    signs = torch.ones(16)
+    rht_c = (16, signs) if rn_c else None
+    o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, None, rht_c, amax, amax, write_codes=codes,
                          write_xhat=xhat, unscaled=True)
     fn, grid, args, consts = calls[-1]
     assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384)
@@ -169,6 +193,10 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     fresh = spec.two_level and amax is None
     assert len(calls) == (2 if fresh else 1) and (not fresh or calls[0][0].__name__ == "_strip_amax_kernel")
     assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
-    if consts["FUSE_AMAX"]:  # one amax, recorded at AMAX_BITS[0], returned for both copies
+    if consts["FUSE_AMAX"] and not rn_c:  # one amax, recorded at AMAX_BITS[0], returned for both copies
         assert arg["AMAX_IN_R"].data_ptr() == arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr()
         assert o["amax"][0].data_ptr() == o["amax"][1].data_ptr()
+    elif consts["FUSE_AMAX"]:  # the rotated column copy's at AMAX_BITS[1]
+        assert arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr() + 4 == o["amax"][1].data_ptr()
+    assert consts["RN_C"] == rn_c and consts["NORM_C"] == (0.25 if rn_c else 1.0)
+    assert arg["SIGNS_C"].data_ptr() == signs.data_ptr() if rn_c else arg["SIGNS_C"].numel() <= 1

@@ -18,8 +18,9 @@ from fourcast.kernels.utils import Packed
 # calls on rowcol_gluon (0.77-0.81x the strip kernel's time at QLinear's large X and W
 # calls, kernels-h200.md session 17: the model's triton_quant_gluon_time_factor, from
 # kernel benchmarks until a profiled training run at 13 gives calls to fit), 14 rowcol_gluon
-# with a block of 16 in one lane, taking the "sr16" calls with blocks of 16 too (0.66x and
-# 0.95x, session 18: triton_quant_gluon_one_lane_time_factor, _sr16_time_factor).
+# with a block of 16 in one lane, taking the "sr16" calls with blocks of 16 and the calls with
+# a column RHT of 16 too (0.66x, 0.94x and 0.62x, session 18: the model's
+# triton_quant_gluon_one_lane_time_factor, _sr16_time_factor, _rht_time_factor).
 QUANT_REV = 14
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

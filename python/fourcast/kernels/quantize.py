@@ -931,9 +931,9 @@ def rowcol_route(spec: Spec, gluon_ok: bool = False) -> str:
     since retired) and with a column RHT16 725 vs 717 (transposing).
     "gluon" (rowcol_gluon.py) where gluon_ok (_gluon_rowcol_ok: its scope, on an sm_90 GPU):
     session 18 measured 0.66x the strip kernel's time on NVFP4 codes, 0.68x on the X call
-    (decoded row + packed column), 0.62-0.63x on MXFP4 codes and 0.95x on the dY call (both
-    copies decoded, "sr16"). CONFIG_OVERRIDE["rowcol"] pins "transpose", "strip" or "gluon"
-    (benchmarks)."""
+    (decoded row + packed column), 0.61-0.62x on MXFP4 codes, 0.93-0.94x on the dY call (both
+    copies decoded, "sr16") and 0.60-0.63x on TE's X and dY calls (a column RHT of 16).
+    CONFIG_OVERRIDE["rowcol"] pins "transpose", "strip" or "gluon" (benchmarks)."""
     pin = CONFIG_OVERRIDE.get("rowcol")
     if spec.per_tensor or pin == "transpose":
         return "transpose"
@@ -952,10 +952,11 @@ def _rowcol_gluon():
     return rowcol_gluon
 
 
-def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rht: bool, codes_on: tuple,
+def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rht: tuple, codes_on: tuple,
                      xhat_on: tuple, unscaled: bool = False, xhat_dtype=None) -> bool:
     """rowcol_gluon serves this call: in its scope (rowcol_gluon.applies: RTNE, or "sr16"
-    with blocks of 16), on an sm_90 GPU (gemm's device check), with Gluon importable."""
+    with blocks of 16; rht the (row, column) RHT sizes), on an sm_90 GPU (gemm's device
+    check), with Gluon importable."""
     if interpreting() or not x.is_cuda:
         return False
     from fourcast.kernels.gemm import _capability
@@ -994,7 +995,7 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     _check_sr_group(rounding_c, R)
     from fourcast.kernels import strip  # strip.py builds on this module's jit helpers
 
-    route = rowcol_route(spec, _gluon_rowcol_ok(x, spec, rounding_r, rounding_c, bool(rn or rnc), codes_on, xhat_on,
+    route = rowcol_route(spec, _gluon_rowcol_ok(x, spec, rounding_r, rounding_c, (rn, rnc), codes_on, xhat_on,
                                                 unscaled, xhat_dtype or x.dtype))
     if route == "transpose":  # _rowcol_kernel writes an output kind for both copies or neither
         codes_on = (any(codes_on),) * 2
@@ -1025,7 +1026,8 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     if route == "gluon":
         rg, cfg = _rowcol_gluon(), _gluon_config()
         consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0],
-                      XHAT_C_ON=xhat_on[1], MODE=ROUND_ID[rounding_r], SEED_PTR=False)
+                      XHAT_C_ON=xhat_on[1], MODE=ROUND_ID[rounding_r], SEED_PTR=False, RN_C=rnc,
+                      NORM_C=rht_norm(rnc))
         grid = rg.grid(R, C, cfg)
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
@@ -1095,10 +1097,10 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     seed, seed_ptr = seed_arg(seed, dev, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2)
     route = plan["route"]
     if route == "gluon":
-        if fuse:  # one amax (no RHT): the kernel records it once, at amax_bits[0]
+        if fuse and rht_c is None:  # one amax: the kernel records it once, at amax_bits[0]
             amax_in = (measured[0], measured[0])
         kernel = _rowcol_gluon()._rowcol_kernel
-        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, R, C, seed,
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sc_, R, C, seed,
                 int(offset), int(offset) + R * C)
     else:
         kernel = strip._strip_kernel if route == "strip" else _rowcol_kernel

@@ -16,19 +16,24 @@ the quantizer's arithmetic on that tiling:
   holds a whole column block: 8 row pairs of one word column. Rows 2i and 2i + 1 of a
   column, which share a byte of the column copy, sit in one thread, and the word's halves
   are two element columns, whose amaxes one max.u16x2 reduction gives together;
+- a column RHT of 16 (TE's Wgrad operands) runs down a column block, so in one thread:
+  reference.rht_lastdim's f64 butterflies in its order, one rounding to f32 (the strip
+  kernel's cross lanes with f64 shuffles);
 - blocks of 32 keep session 17's layouts (4 words, or 4 row pairs, a thread; a block spans
   two lanes: one shuffle); `Config.one_lane` = False gives them to blocks of 16 too.
 
-Session 18 (these layouts, the halfword amax, the paired cvt) took NVFP4 codes from
-0.78-0.80x the strip kernel's time to 0.66x, the X call from 0.80-0.81x to 0.68x and the dY call
-("sr16", both copies decoded) from 1.10-1.14x to 0.95x; in one run the layouts alone gave
-0.76x -> 0.66x, 0.77x -> 0.68x and 1.08x -> 0.95x (a group's Philox is drawn once, not on
-both lanes that shared it).
+Session 18 (these layouts, the halfword amax, the paired cvt, one row tile a program) took
+NVFP4 codes from 0.78-0.80x the strip kernel's time to 0.66x, the X call from 0.80-0.81x to
+0.68x and the dY call ("sr16", both copies decoded) from 1.10-1.14x to 0.93-0.94x; in one run
+the layouts alone gave 0.76x -> 0.66x, 0.77x -> 0.68x and 1.08x -> 0.95x (a group's Philox is
+drawn once, not on both lanes that shared it). TE's calls with a column RHT of 16 run 0.60-0.63x
+the strip kernel's time.
 
 The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, written to
 serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
 reference.quantize bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D
-blocks of 16 or 32, no RHT, bf16 input, R a multiple of BM x ITERS and C of BK; each copy
+blocks of 16 or 32, no RHT but a column RHT of 16 on a packed column copy (one lane a block),
+bf16 input, R a multiple of BM x ITERS and C of BK; each copy
 packed or decoded (unscaled x_hat in x's orientation, two values a paired cvt: the column
 copy's goes back to the row layout through a second conversion); round-to-nearest-even, or
 "sr16" on both copies with blocks of 16 (a block is a Philox group: philox.sr_uniform_group's
@@ -43,6 +48,7 @@ Gluon has no interpreter: the CPU tier compiles this kernel for sm_90a offline
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -70,9 +76,12 @@ class Config(NamedTuple):
 
 
 # The io floor's fastest tiles were 64 x 128 on 4 warps and 128 x 128 on 4 (67-68% of copy,
-# session 16); with the arithmetic, 64 x 128 on 8 warps, two row tiles a program (120
-# registers), was among the fastest in both shapes (session 17).
-CONFIG = Config(64, 128, 8, 2)
+# session 16); with the arithmetic, 64 x 128 on 8 warps, two row tiles a program, was among the
+# fastest in both shapes (session 17). With one lane a block (session 18, calls 2 and 4) one
+# row tile a program is level with two on the RTNE calls and faster on the "sr16" ones (the
+# dY call 0.93x against 0.95x the strip kernel, TE's dY call with a column RHT 0.63x against
+# 0.75x): 98 registers against 161 there, two programs an SM.
+CONFIG = Config(64, 128, 8, 1)
 
 
 @gluon.jit
@@ -150,6 +159,40 @@ def _quant_pair(a, b, sb_mult, sb_sv, sb_bad, ts, seed, counter, n, AXIS: gl.con
 
 
 @gluon.jit
+def _pair_stage(y, S: gl.constexpr, G: gl.constexpr, WB: gl.constexpr, W: gl.constexpr):
+    """One butterfly stage along axis 1 of an in-thread [G, WB, W] f64 tensor: entries p and
+    p + S inside groups of 2S become (a + b, a - b), each one f64 addition."""
+    y5 = gl.permute(gl.reshape(y, [G, WB // (2 * S), 2, S, W]), [0, 1, 3, 4, 2])  # the pair last
+    a, b = gl.split(y5)
+    return gl.reshape(gl.permute(gl.join(a + b, a - b), [0, 1, 4, 2, 3]), [G, WB, W])
+
+
+@gluon.jit
+def _rht16_col(ye, yo, sign_e, sign_o, NORM: gl.constexpr, G: gl.constexpr, WB: gl.constexpr, W: gl.constexpr,
+               LC: gl.constexpr):
+    """The column copy's RHT of 16 on one element column ([column block, row pair, word
+    column]: ye its rows 2p, yo its rows 2p + 1 of each block, a block in one thread):
+    reference.rht_lastdim's f64 butterflies in its order (stage h pairs rows i and i + h
+    inside groups of 2h: h = 1 pairs ye with yo, h = 2, 4, 8 pair row pairs p and p + h / 2),
+    times the f64 NORM, one rounding to f32."""
+    a = ye.to(gl.float64) * sign_e
+    b = yo.to(gl.float64) * sign_o
+    a, b = a + b, a - b
+    for s in gl.static_range(3):
+        a = _pair_stage(a, 1 << s, G, WB, W)
+        b = _pair_stage(b, 1 << s, G, WB, W)
+    return gl.convert_layout((a * NORM).to(gl.float32), LC), gl.convert_layout((b * NORM).to(gl.float32), LC)
+
+
+@gluon.jit
+def _abs_max_col(ye, yo):
+    """A column block's max |y| bits (axis 1 of [column block, row pair, word column]) from
+    its rows 2p and 2p + 1 (f32: after an RHT)."""
+    bits = gl.maximum(ye.to(gl.int32, bitcast=True) & 0x7FFFFFFF, yo.to(gl.int32, bitcast=True) & 0x7FFFFFFF)
+    return gl.max(bits, axis=1)
+
+
+@gluon.jit
 def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr,
               TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
               RULE: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr, S_GMAX: gl.constexpr,
@@ -166,25 +209,29 @@ def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBIT
 
 @gluon.jit
 def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT,
-                   R, C, seed, offset_r, offset_c,
+                   SIGNS_C, R, C, seed, offset_r, offset_c,
                    EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr,
                    BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
                    RULE: gl.constexpr, B: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr,
                    S_GMAX: gl.constexpr, S_MIN: gl.constexpr, NUM: gl.constexpr, NANB: gl.constexpr,
                    FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, XHAT_C_ON: gl.constexpr, MODE: gl.constexpr,
                    SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
-                   ITERS: gl.constexpr, ONE_LANE: gl.constexpr):
+                   ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
+                   NORM_C: gl.constexpr = 1.0):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on, loading tile it + 1 before it quantizes tile it (as strip.py's
     ITERS); a tile is H row pairs of W words, with blocks of WB words (row copy) or WB row
     pairs (column copy). FUSE_AMAX: formats without a tensor scale record the amax (bits, an
-    atomic max a program) at AMAX_BITS[0]: both copies' (no RHT: the same). XHAT_R_ON /
+    atomic max a program) at AMAX_BITS[0]: both copies' without a column RHT, else the row
+    copy's, and the rotated column copy's at AMAX_BITS[1]. XHAT_R_ON /
     XHAT_C_ON: that copy is written decoded (unscaled x_hat, value x block scale, exact in
     the 16-bit type of XHAT_R / XHAT_C, in x's orientation: two a word) instead of as codes
     and scale bytes. MODE: 0 round-to-nearest-even, 4 "sr16" (blocks of 16: a block is a
     Philox group; seed, or the int64 it points to (SEED_PTR); the column copy's stream at
     offset_c, as quantize.launch_rowcol's). ONE_LANE: Config.one_lane's layouts, where
-    one_lane_fits."""
+    one_lane_fits. RN_C: 16 rotates the column copy by an RHT of 16 (SIGNS_C its signs,
+    NORM_C the f64 1 / 4) before it is quantized: one block of 16, in one thread (ONE_LANE)."""
+    gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = B // 2
@@ -218,6 +265,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
     o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
     tile_max = 0
+    tile_max_c = 0  # the column copy's, after its RHT
     for it in gl.static_range(ITERS):
         e = e_next
         o = o_next
@@ -250,12 +298,24 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
         e_lo, e_hi = _halves(ec)
         o_lo, o_hi = _halves(oc)
-        m = _max_u16x2(_abs_max16(ec, 1), _abs_max16(oc, 1))  # element columns 2w (low halves) and 2w + 1
+        if RN_C > 0:  # the RHT runs down a column block: rows 2p and 2p + 1 take signs 2p and 2p + 1
+            sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
+            sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
+            e_lo, o_lo = _rht16_col(e_lo, o_lo, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
+            e_hi, o_hi = _rht16_col(e_hi, o_hi, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
+            m_lo = _abs_max_col(e_lo, o_lo)
+            m_hi = _abs_max_col(e_hi, o_hi)
+            if FUSE_AMAX:
+                tile_max_c = gl.maximum(tile_max_c, gl.max(gl.max(gl.maximum(m_lo, m_hi), axis=1), axis=0))
+        else:  # element columns 2w (the words' low halves) and 2w + 1 from one halfword max
+            m = _max_u16x2(_abs_max16(ec, 1), _abs_max16(oc, 1))
+            m_lo = m << 16
+            m_hi = m & -65536
         # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" group is its block
         counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j + offset_c
-        b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m << 16, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS, BITS,
+        b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS, BITS,
                                              GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE)
-        b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, m & -65536, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
+        b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
                                              TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
                                              NANB, MODE)
         if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
@@ -273,23 +333,29 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             gl.store(SCALES_C + (2 * wj + 1) * (R // B) + r0 // WB + j, s_hi)
     if FUSE_AMAX:
         gl.atomic_max(AMAX_BITS, tile_max)
+        if RN_C > 0:
+            gl.atomic_max(AMAX_BITS + 1, tile_max_c)
     if (pid_r == 0) & (pid_c == 0):
         gl.store(TS_OUT, s_r)
         gl.store(TS_OUT + 1, s_c)
 
 
-def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: bool, codes_on: tuple, xhat_on: tuple,
+def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple, codes_on: tuple, xhat_on: tuple,
             unscaled: bool, xhat_dtype, config: tuple = CONFIG) -> bool:
     """Whether _rowcol_kernel serves this row+col call (the module doc's scope): each copy
-    packed or decoded (unscaled, 16-bit), RTNE, or "sr16" on both with blocks of 16."""
-    bm, bk, _, iters = config[:4]
+    packed or decoded (unscaled, 16-bit), RTNE, or "sr16" on both with blocks of 16; rht:
+    the (row, column) RHT sizes (0: none), a column RHT of 16 only on a packed column copy
+    with blocks of 16 in one lane."""
+    config = Config(*config)
     R, C = x.shape
+    rn_r, rn_c = rht
     one_each = all(c != h for c, h in zip(codes_on, xhat_on))
     decoded_ok = not any(xhat_on) or (unscaled and xhat_dtype in (torch.bfloat16, torch.float16))
     rounding_ok = rounding_r == rounding_c and (rounding_r == "rtne" or rounding_r == "sr16" and spec.block == 16)
+    rht_ok = rn_r == 0 and (rn_c == 0 or rn_c == 16 and codes_on[1] and one_lane_fits(spec.block, config))
     return (x.dtype == torch.bfloat16 and spec.packed and spec.block in (16, 32) and not spec.tile_2d
-            and not spec.per_tensor and rounding_ok and not rht and one_each and decoded_ok
-            and R % (bm * iters) == 0 and C % bk == 0)
+            and not spec.per_tensor and rounding_ok and rht_ok and one_each and decoded_ok
+            and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
 
 
 def one_lane_fits(block: int, config: Config) -> bool:
@@ -319,7 +385,8 @@ def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
 
 
 def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False,
-                 maxnreg: int | None = None, xhat_c: bool = False, mode: int = 0, seed_ptr: bool = False):
+                 maxnreg: int | None = None, xhat_c: bool = False, mode: int = 0, seed_ptr: bool = False,
+                 rn_c: int = 0):
     """_rowcol_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the
     CPU tier checks (tests/unit/test_rowcol_gluon.py)."""
     import triton
@@ -327,12 +394,12 @@ def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, x
     from triton.experimental.gluon._runtime import GluonASTSource
 
     consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r, XHAT_C_ON=xhat_c, MODE=mode,
-                  SEED_PTR=seed_ptr)
+                  SEED_PTR=seed_ptr, RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0)
     warps = consts.pop("num_warps")
     maxnreg = consts.pop("maxnreg", maxnreg)
     fn = _rowcol_kernel
     types = dict(X="*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32",
-                 TS_OUT="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64", offset_c="i64")
+                 TS_OUT="*fp32", SIGNS_C="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64", offset_c="i64")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
     sig.update({k: "constexpr" for k in consts})
     aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "XHAT_C", "R", "C")

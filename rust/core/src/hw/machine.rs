@@ -114,8 +114,8 @@ pub struct Eff {
 /// plain tile (`strip_rht_s_per_elem`). From revision 13 an RTNE row+col call without an
 /// RHT on 4-bit formats with 1-D blocks runs the Gluon kernel instead: `call_s +
 /// gluon_time_factor * (that price - call_s)`; from revision 14 at
-/// `gluon_one_lane_time_factor`, and its "sr16" calls with blocks of 16 at
-/// `gluon_sr16_time_factor`.
+/// `gluon_one_lane_time_factor`, its "sr16" calls with blocks of 16 at
+/// `gluon_sr16_time_factor` and its calls with a column RHT of 16 at `gluon_rht_time_factor`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulCost {
     pub call_s: f64,
@@ -145,6 +145,9 @@ pub struct EmulCost {
     /// As `gluon_time_factor`, for the "sr16" row+col calls with blocks of 16 that revision
     /// 14 on runs on the Gluon kernel.
     pub gluon_sr16_time_factor: f64,
+    /// As `gluon_time_factor`, for the row+col calls with a column RHT of 16 (blocks of 16, the
+    /// column copy packed) that revision 14 on runs on the Gluon kernel.
+    pub gluon_rht_time_factor: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -309,6 +312,10 @@ impl Hw {
                     .map_or(1.0, |n| n.value),
                 gluon_sr16_time_factor: e
                     .triton_quant_gluon_sr16_time_factor
+                    .as_ref()
+                    .map_or(1.0, |n| n.value),
+                gluon_rht_time_factor: e
+                    .triton_quant_gluon_rht_time_factor
                     .as_ref()
                     .map_or(1.0, |n| n.value),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,

@@ -213,7 +213,8 @@ struct QuantKernel {
     gluon: bool,
     /// rowcol_gluon.py with a block of 16 in one lane (session 18 on): its RTNE calls cost
     /// `gluon_one_lane_time_factor` of the strip price, and it takes the "sr16" calls with
-    /// blocks of 16 too, at `gluon_sr16_time_factor`.
+    /// blocks of 16 too, at `gluon_sr16_time_factor`, and the calls whose packed column copy
+    /// has an RHT of 16 (blocks of 16; RTNE or "sr16"), at `gluon_rht_time_factor`.
     one_lane: bool,
 }
 
@@ -318,22 +319,30 @@ fn emulated_quant_s(
             // Revision 13 on (kernels/quantize.py rowcol_route): the Gluon kernel takes RTNE
             // row+col calls without an RHT on 4-bit formats with 1-D blocks (decoded copies
             // included, fake-quant containers not), priced as a measured fraction of the
-            // strip kernel's time on the same calls (kernels-h200.md, sessions 17 and 18);
-            // from revision 14 also "sr16" calls (both copies) with blocks of 16.
-            let all_sr16 =
-                stochastic16 == elems && kernel.one_lane && outs.iter().all(|o| o.fmt.block == 16);
+            // strip kernel's time on the same calls (kernels-h200.md, sessions 17 and 18).
+            // From revision 14 also "sr16" calls (both copies) with blocks of 16, and calls
+            // whose packed column copy alone has an RHT of 16 (blocks of 16).
+            let blocks16 = outs.iter().all(|o| o.fmt.block == 16);
+            let all_sr16 = stochastic16 == elems && kernel.one_lane && blocks16;
+            let column_rht16 = kernel.one_lane
+                && blocks16
+                && written.col_packed
+                && outs.len() == 2
+                && outs[0].rht == 0
+                && outs[1].rht == 16;
             let on_gluon = kernel.gluon
                 && written.no_container
                 && outs.len() == 2
                 && (!sr_any || all_sr16)
-                && rotated == 0.0
+                && (rotated == 0.0 || column_rht16)
                 && outs.iter().all(|o| {
                     o.fmt.elem.bits() == 4 && !o.fmt.tile_2d && matches!(o.fmt.block, 16 | 32)
                 });
-            let gluon_factor = match (kernel.one_lane, sr_any) {
-                (false, _) => e.gluon_time_factor,
-                (true, false) => e.gluon_one_lane_time_factor,
-                (true, true) => e.gluon_sr16_time_factor,
+            let gluon_factor = match (kernel.one_lane, rotated > 0.0, sr_any) {
+                (false, _, _) => e.gluon_time_factor,
+                (true, true, _) => e.gluon_rht_time_factor,
+                (true, false, false) => e.gluon_one_lane_time_factor,
+                (true, false, true) => e.gluon_sr16_time_factor,
             };
             let strip_s = e.call_s
                 + elems * e.s_per_elem

@@ -225,6 +225,11 @@ pub struct Emulation {
     /// that quantizer revision 14 on runs on rowcol_gluon.py (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_sr16_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_time_factor`, for the row+col calls with a column RHT of 16
+    /// (blocks of 16, the column copy packed) that quantizer revision 14 on runs on
+    /// rowcol_gluon.py (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_rht_time_factor: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,

@@ -980,8 +980,10 @@ fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors
     // Quantizer revision 14 (session 18, the default): rowcol_gluon.py with a block of 16 in
     // one lane; its RTNE calls cost `gluon_one_lane_time_factor` of the strip price beyond
     // call_s, and it takes the "sr16" calls with blocks of 16 (both copies), at
-    // `gluon_sr16_time_factor`. "sr16" on blocks of 32, "sr" and "sr4", an RHT and one "sr16"
-    // copy beside an RTNE one keep the strip price; revision 13 keeps its own factor.
+    // `gluon_sr16_time_factor`, and the calls whose packed column copy alone has an RHT of
+    // 16, at `gluon_rht_time_factor`. "sr16" on blocks of 32, "sr" and "sr4", a row RHT, an
+    // RHT on a decoded column copy or of 32, and one "sr16" copy beside an RTNE one keep the
+    // strip price; revision 13 keeps its own factor.
     let hw = Hw::from_profile(
         &Profile::load("h200")
             .unwrap()
@@ -990,6 +992,8 @@ fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors
             .set("emulation.triton_quant_gluon_sr16_time_factor", "0.75")
             .unwrap()
             .set("emulation.triton_quant_gluon_time_factor", "0.5")
+            .unwrap()
+            .set("emulation.triton_quant_gluon_rht_time_factor", "0.625")
             .unwrap(),
     );
     let e = hw.emulation.unwrap();
@@ -1031,9 +1035,26 @@ fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors
         );
     }
     for outs in [
+        format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", "rht": 16, {sr16}}}"#),
+        r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#.to_string(),
+        r#"{"format": "ue5m3"}, {"format": "ue5m3", "rht": 16}"#.to_string(),
+    ] {
+        assert!(
+            close(emulated_quant_price(&hw, &outs, ""), scaled(&outs, 0.625)),
+            "{outs}"
+        );
+        assert_eq!(
+            emulated_quant_price(&hw, &outs, rev13),
+            emulated_quant_price(&hw, &outs, rev12),
+            "{outs}"
+        );
+    }
+    for outs in [
         format!(r#"{{"format": "mxfp4", {sr16}}}, {{"format": "mxfp4", {sr16}}}"#),
         r#"{"format": "nvfp4", "sr": true}, {"format": "nvfp4", "sr": true}"#.to_string(),
-        format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", "rht": 16, {sr16}}}"#),
+        r#"{"format": "nvfp4", "rht": 16}, {"format": "nvfp4"}"#.to_string(),
+        r#"{"format": "nvfp4"}, {"format": "nvfp4", "rht": 16, "decoded": true}"#.to_string(),
+        r#"{"format": "mxfp4"}, {"format": "mxfp4", "rht": 32}"#.to_string(),
         format!(r#"{{"format": "nvfp4"}}, {{"format": "nvfp4", {sr16}}}"#),
     ] {
         assert_eq!(
