@@ -378,9 +378,11 @@ def call_kind(operand: str) -> str:
     return {"x": "X", "dy": "dY", "w": "W"}.get(first, first)
 
 
-def call_rows(path: pathlib.Path) -> list[dict]:
+def call_rows(path: pathlib.Path, fit: bool = True) -> list[dict]:
     """Every quantize op of a run's timeline step (its GPU time, one op per layer and call
-    site), with the kernels' revision (recorded, else quant_rev_of) and its call_features."""
+    site), with the kernels' revision (recorded, else quant_rev_of) and its call_features;
+    fit=False (a check, not a fit): a call priced on rowcol_gluon (on_gluon) has features None
+    instead of the refusal."""
     prof = P.load_profile(path)
     rev = prof.get("quant_rev", quant_rev_of(path))
     if not prof.get("gpu_ops"):
@@ -393,7 +395,8 @@ def call_rows(path: pathlib.Path) -> list[dict]:
         rows.append({"run": f"{path.parent.parent.name}/{path.parent.name}", "recipe": path.name, "rev": rev,
                      "layer": op.get("layer", ""), "operand": op["operand"], "kind": call_kind(op["operand"]),
                      "rows": op["rows"], "cols": op["cols"], "calls": float(op["calls_per_step"]),
-                     "us": float(op["ms_per_call"]) * 1e3, "features": call_features(q, rev),
+                     "us": float(op["ms_per_call"]) * 1e3,
+                     "features": None if not fit and on_gluon(q, rev) else call_features(q, rev),
                      "op": {**q, "impl": "fourcast-triton", **({"quant_rev": rev} if rev is not None else {})}})
     return rows
 
@@ -405,12 +408,14 @@ def term_values(hw: fchw.Hardware) -> np.ndarray:
 
 
 def price_calls(hw: fchw.Hardware, rows: list[dict]) -> np.ndarray:
-    """us per call of each row, from the Rust model. The check of call_features: they give
-    the emulation price (detail "emulation_s"), which ops.rs then keeps no lower than the
-    vendor-grade memory price (a floor that a low per-call constant reaches on small calls)."""
+    """us per call of each row, from the Rust model. The check of call_features (of the rows
+    that have them): they give the emulation price (detail "emulation_s"), which ops.rs then
+    keeps no lower than the vendor-grade memory price (a floor that a low per-call constant
+    reaches on small calls)."""
     res = fchw.op_times(hw, [row["op"] for row in rows])
-    emulated = np.array([r.detail["emulation_s"] * 1e6 for r in res])
-    linear = np.array([row["features"] for row in rows]) @ term_values(hw) * 1e6
+    linear_rows = [i for i, row in enumerate(rows) if row["features"] is not None]  # not on_gluon
+    emulated = np.array([res[i].detail["emulation_s"] * 1e6 for i in linear_rows])
+    linear = np.array([rows[i]["features"] for i in linear_rows]).reshape(len(linear_rows), -1) @ term_values(hw) * 1e6
     if not np.allclose(emulated, linear, rtol=1e-6, atol=1e-6):
         raise SystemExit("call_features disagree with ops.rs emulated_quant_s; update them together")
     return np.array([r.time_s * 1e6 for r in res])

@@ -163,3 +163,18 @@ def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
     assert seen == {(13, True), (13, False), (14, True), (14, False)}
     sr16 = cases[3]
     assert F.on_gluon({"outputs": sr16}, 14) and not F.on_gluon({"outputs": sr16}, 13)
+
+
+def test_call_rows_of_a_gluon_run_check_but_do_not_fit(F):
+    """Run 19 (quantizer revision 14) has calls priced on rowcol_gluon: call_rows refuses
+    them for a fit, and for a check (fit=False, quantize_calls.py) gives them no features
+    while price_calls still checks the others' features against the Rust price."""
+    run = ROOT / "benchmarks/results/training-h200-run19/125m/ue5m3+sr16"
+    with pytest.raises(SystemExit, match="rowcol_gluon"):
+        F.call_rows(run)
+    rows = F.call_rows(run, fit=False)
+    gluon = [r for r in rows if r["features"] is None]
+    assert gluon and len(gluon) < len(rows)  # X and dY calls on the Gluon kernel, W calls not
+    assert all(r["kind"] in ("X", "dY") for r in gluon) and all(r["rev"] == 14 for r in rows)
+    us = F.price_calls(fchw.load("h200"), rows)
+    assert len(us) == len(rows) and (us > 0).all()

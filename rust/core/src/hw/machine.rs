@@ -112,8 +112,9 @@ pub struct Eff {
 /// `quant_kernel`). Both kinds of call run the strip kernel; a call with SR uses its
 /// narrower SR tile, which prices its rotation differently (`rht_s_per_elem`) from the
 /// plain tile (`strip_rht_s_per_elem`). From revision 13 an RTNE row+col call without an
-/// RHT on 4-bit formats with 1-D blocks runs the Gluon kernel instead: `call_s +
-/// gluon_time_factor * (that price - call_s)`; from revision 14 at
+/// RHT on 4-bit formats with 1-D blocks runs the Gluon kernel instead: `call_s + amax pass +
+/// gluon_time_factor * (that price - call_s - amax pass)` (the amax pass, `amax *
+/// amax_s_per_elem`, is the strip kernel's on either route); from revision 14 at
 /// `gluon_one_lane_time_factor`, its "sr16" calls with blocks of 16 at
 /// `gluon_sr16_time_factor` and its calls with a column RHT of 16 at `gluon_rht_time_factor`.
 #[derive(Debug, Clone, Copy, PartialEq)]

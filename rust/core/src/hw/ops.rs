@@ -363,8 +363,11 @@ fn emulated_quant_s(
                 } else {
                     0.0 // the float sr16 of revisions before 11
                 };
+            // The amax pass is strip.py's kernel on either route: only the quantizing kernel
+            // after it runs at the Gluon kernel's fraction.
+            let amax_pass_s = amax * e.amax_s_per_elem;
             Ok(Some(if on_gluon {
-                e.call_s + gluon_factor * (strip_s - e.call_s)
+                e.call_s + amax_pass_s + gluon_factor * (strip_s - e.call_s - amax_pass_s)
             } else {
                 strip_s
             }))

@@ -976,6 +976,30 @@ fn emulated_gluon_route_prices_rtne_row_col_calls_as_a_fraction_of_the_strip_pri
 }
 
 #[test]
+fn emulated_gluon_route_scales_the_kernel_not_the_amax_pass() {
+    // A call that measures its tensor amax (refresh 1, a two-level format) runs strip.py's
+    // amax pass on either route: the Gluon factor applies to the rest of the price only.
+    let hw = h200_with("emulation.triton_quant_gluon_one_lane_time_factor", "0.5");
+    let e = hw.emulation.unwrap();
+    let price = |outs: &str, extra: &str| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 1, "outputs": [{outs}]{extra}}}"#
+        );
+        op_time(&hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    let outs = r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4"}"#;
+    let strip = price(outs, r#", "quant_rev": 12"#);
+    let amax_pass = 75497472.0 * e.amax_s_per_elem;
+    assert!(amax_pass > 0.0);
+    let want = e.call_s + amax_pass + 0.5 * (strip - e.call_s - amax_pass);
+    assert!(
+        (price(outs, "") - want).abs() < 1e-15,
+        "{} {want}",
+        price(outs, "")
+    );
+}
+
+#[test]
 fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors() {
     // Quantizer revision 14 (session 18, the default): rowcol_gluon.py with a block of 16 in
     // one lane; its RTNE calls cost `gluon_one_lane_time_factor` of the strip price beyond
