@@ -430,6 +430,67 @@ def rowcol_gluon():
         save()
 
 
+AMAX_SHAPES = ((8192, 8192), (16384, 4096), (32768, 2304), (32768, 4608), (32768, 768))
+AMAX_TILES = ((64, 128, 8, 8), (64, 128, 4, 8), (64, 128, 8, 4), (64, 128, 8, 2))
+
+
+@section("amax pass: rowcol_gluon's against strip.py's")
+def amax_pass():
+    """The two-level formats' amax pass of a row+col call alone (launcher.run, do_bench
+    medians of --repeat interleaved samples): strip._strip_amax_kernel against
+    rowcol_gluon._amax_kernel at AMAX_TILES, without and with a column RHT of 16, at the
+    quantizer shapes and the 125M model's X/dY shapes; the two kernels' amax bits compared.
+    Summary: RES["amax_pass"]."""
+    if SMOKE:
+        return
+    from fourcast.kernels import rowcol_gluon as rg
+    from fourcast.kernels import strip
+
+    nv = qk.parse_fmt(F["nvfp4"])
+    s16 = ref.rht_signs(16, "te").to(DEV).float()
+    summary = RES.setdefault("amax_pass", [])
+    for shape in AMAX_SHAPES:
+        x = rand(shape)
+        R, C = shape
+        for rn_c in (0, 16):
+            dummy = torch.zeros(1, device=DEV)
+            signs = s16 if rn_c else dummy
+            qk.CONFIG_OVERRIDE["amax"] = "strip"
+            try:
+                _, g0, c0 = qk._rowcol_plan(x, nv, "rtne", "rtne", 0, rn_c, (True, True), (False, False), False, True,
+                                            False)["amax"]
+            finally:
+                qk.CONFIG_OVERRIDE.pop("amax", None)
+            runs = {"strip": (strip._strip_amax_kernel, g0, lambda b: (x, b, dummy, signs, R, C), c0)}
+            for tile in AMAX_TILES:
+                if rg.amax_applies(x, (0, rn_c), tile):
+                    g1, c1 = rg.amax_launch(R, C, rn_c, tile)
+                    runs[tile] = (rg._amax_kernel, g1, lambda b: (x, b, signs, R, C), c1)
+            bits = {}
+            for name, (fn, grid, args, consts) in runs.items():
+                b = torch.zeros(2, dtype=torch.int32, device=DEV)
+                launcher.run(fn, grid, args(b), consts)
+                bits[name] = b.tolist()
+            RES["checks"].append(dict(what=f"amax pass {shape} rht {rn_c}: gluon bits = strip's",
+                                      ok=all(v == bits["strip"] for v in bits.values())))
+            times = {}
+            for sample in range(ARGS.repeat):
+                if left() < 10:
+                    return
+                for name, (fn, grid, args, consts) in runs.items():
+                    b = torch.zeros(2, dtype=torch.int32, device=DEV)
+                    a = args(b)
+                    times.setdefault(name, []).append(ms(lambda: launcher.run(fn, grid, a, consts)))
+            med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+            for k, t in med.items():
+                gbs = R * C * 2 / (t * 1e-3) / 1e9
+                summary.append(dict(shape="x".join(map(str, shape)), rht=rn_c, variant=str(k), median_ms=t,
+                                    samples_ms=times[k], vs_strip=t / med["strip"], read_gbs=gbs))
+                log(f"amax pass {shape} rht {rn_c} {k}: {t * 1e3:.1f} us ({gbs:.0f} GB/s), {t / med['strip']:.2f}x strip")
+        del x
+        save()
+
+
 def qvariants(x):
     s16 = ref.rht_signs(16, "te").to(DEV)
     amax = x.abs().amax().float()
@@ -1444,7 +1505,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
     ap.add_argument("--only", default="", help="comma-separated section names to run")
-    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather, rowcol_gluon: samples of every shape, "
+    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather, rowcol_gluon, amax_pass: samples "
+                    "of every shape, "
                     "in turn")
     ap.add_argument("--rowcol-pin", action="store_true", help="qlinear_graphed: also time each recipe with "
                     "quantize_rowcol pinned to the strip kernel (the Gluon route's effect)")
@@ -1452,7 +1514,8 @@ def main():
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
-    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors, rowcol_gluon, strip_sweep, sr_stream,
+    steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors, rowcol_gluon, amax_pass, strip_sweep,
+             sr_stream,
              strip_iters, strip_tall, strip_gather, gemm_epilogue,
              decode_layout,
              layer_profiles, peers,

@@ -93,7 +93,7 @@ def run_dir(recipe: str) -> pathlib.Path:
 
 
 STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
-QUANT_REV = 14  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
+QUANT_REV = 15  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
 
 
 def quant_kernel(rev: int | None) -> tuple[int, bool]:
@@ -170,6 +170,11 @@ def overlapped_elems(q: dict, max_iters: int) -> float:
     return float(q["numel"]) * copies * (1 - 1 / strip_tiles(q, max_iters)[1])
 
 
+def measures_amax(q: dict) -> bool:
+    """The call runs an amax pass: refresh 1 and a format with a tensor scale (ops.rs)."""
+    return q.get("refresh", 1) == 1 and any(o["format"]["scale"] in ("e4m3", "ue5m3", "fp32") for o in q["outputs"])
+
+
 def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
     """[1, elements written, rotated with SR, rotated without SR (strip kernel), rounded "sr",
     rounded "sr4", rounded "sr16", amax-pass elements, in-kernel amax programs] of a quantize
@@ -186,7 +191,7 @@ def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
 
     sr, sr4, sr16 = rounded(1), rounded(4), rounded(16)
     strip = sr + sr4 + sr16 == 0
-    measures = q.get("refresh", 1) == 1 and any(o["format"]["scale"] in ("e4m3", "ue5m3", "fp32") for o in q["outputs"])
+    measures = measures_amax(q)
     outs = q["outputs"]
     single = all(o["format"].get("block") and o["format"]["scale"] not in ("e4m3", "ue5m3", "fp32") for o in outs)
     programs = 0.0
@@ -354,15 +359,23 @@ def on_gluon(q: dict, rev: int | None) -> bool:
                     and o["format"].get("block") in (16, 32) and not o.get("container") for o in outs))
 
 
+def on_gluon_amax(q: dict, rev: int | None) -> bool:
+    """Whether ops.rs prices this call's amax pass as rowcol_gluon.py's (revision 15 on: a
+    row+col call that measures its tensor amax, no row RHT, a column RHT of 16 or none)."""
+    outs = q.get("outputs", [])
+    return ((QUANT_REV if rev is None else rev) >= 15 and len(outs) == 2
+            and measures_amax(q) and not outs[0].get("rht") and outs[1].get("rht", 0) in (0, 16))
+
+
 def call_features(q: dict, rev: int | None) -> np.ndarray:
     """One call's price as ops.rs emulated_quant_s counts it, column by column of CALL_TERMS
     (seconds per unit of each term's TOML value): price = call_features . values. A call
     priced on the Gluon kernel (on_gluon) is a fixed fraction of this, which the per-call
     fits do not model: fit on profiles of revisions up to 12."""
-    if on_gluon(q, rev):
-        raise SystemExit("a quantize call of revision >= 13 runs on rowcol_gluon, priced as "
-                         "triton_quant_gluon_time_factor of the strip price: the per-call fits "
-                         "take profiles of revisions up to 12")
+    if on_gluon(q, rev) or on_gluon_amax(q, rev):
+        raise SystemExit("a quantize call of revision >= 13 runs on rowcol_gluon (its amax pass from 15), priced "
+                         "as triton_quant_gluon_*_time_factor of the strip price: the per-call fits take "
+                         "profiles of revisions up to 12")
     iters, int_sr16 = quant_kernel(rev)
     f = quant_features(q, iters)
     sr16 = f[QUANT_TERMS.index("triton_quant_sr16_ns_per_elem")]
@@ -396,7 +409,8 @@ def call_rows(path: pathlib.Path, fit: bool = True) -> list[dict]:
                      "layer": op.get("layer", ""), "operand": op["operand"], "kind": call_kind(op["operand"]),
                      "rows": op["rows"], "cols": op["cols"], "calls": float(op["calls_per_step"]),
                      "us": float(op["ms_per_call"]) * 1e3,
-                     "features": None if not fit and on_gluon(q, rev) else call_features(q, rev),
+                     "features": (None if not fit and (on_gluon(q, rev) or on_gluon_amax(q, rev))
+                                  else call_features(q, rev)),
                      "op": {**q, "impl": "fourcast-triton", **({"quant_rev": rev} if rev is not None else {})}})
     return rows
 

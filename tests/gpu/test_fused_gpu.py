@@ -258,6 +258,45 @@ def test_rowcol_gluon_x_call_column_rht16(name):
     assert testing.packed_diff(col, ref.quantize(x, f, axis=0, rht=(16, signs), tensor_amax=amax)) == []
 
 
+@pytest.mark.parametrize("rn_c", [0, 16])
+@pytest.mark.parametrize("kind", ["heavy", "huge", "tiny", "zeros"])
+@pytest.mark.parametrize("amax_cfg", [None, (64, 128, 4, 8), (64, 128, 8, 2)])
+def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
+    """rowcol_gluon's amax pass (the default for nvfp4's row+col calls on sm_90) records the
+    bits strip.py's does, row copy and rotated column copy, with NaN and infinities in the
+    input too (a NaN amax is NaN from both; its payload is not defined: strip.py's pass, with a
+    column RHT, gave 0x7fff0000 for the row copy where this one gives 0x7fc00000, session 18);
+    the call's codes and scales are the reference's either way."""
+    _hopper()
+    f = F["nvfp4"]
+    if amax_cfg:
+        monkeypatch.setitem(qk.CONFIG_OVERRIDE, "amax_gluon", amax_cfg)
+    x = testing.make_input(kind, (1024, 640), torch.bfloat16, DEV, seed=37, fmt=f)
+    rht_c = (16, ref.rht_signs(16, "te").to(DEV)) if rn_c else None
+    spec = qk.parse_fmt(f)
+    plan = qk._rowcol_plan(x, spec, "rtne", "rtne", 0, rn_c, (True, True), (False, False), False, True, False)
+    assert plan["amax"][0] == "gluon"
+
+    def amaxes(pin):
+        if pin:
+            monkeypatch.setitem(qk.CONFIG_OVERRIDE, "amax", "strip")
+        else:
+            monkeypatch.delitem(qk.CONFIG_OVERRIDE, "amax", raising=False)
+        o = qk.launch_rowcol(x, spec, "rtne", "rtne", 0, 0, None, rht_c, None, None, write_codes=True,
+                             write_xhat=False)
+        return [testing.bits(a.reshape(1)) for a in o["amax"]]
+
+    bad = x.clone()
+    bad[5, 9] = float("nan")
+    bad[700, 3] = float("-inf")
+    for x in (x, bad):
+        got, want = amaxes(False), amaxes(True)
+        nan = [a.view(torch.float32).isnan().item() for a in got + want]
+        assert all(torch.equal(a, b) or nan[i] and nan[i + 2] for i, (a, b) in enumerate(zip(got, want))), (got, want)
+    monkeypatch.delitem(qk.CONFIG_OVERRIDE, "amax", raising=False)
+    testing.check_rowcol(x, f, "rtne", "rtne", 0, 0, None, rht_c)
+
+
 # rowcol_gluon.Config: the session-17 layouts (B / 8 lanes a block) and other one-lane tiles
 GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1)]
 

@@ -178,3 +178,30 @@ def test_call_rows_of_a_gluon_run_check_but_do_not_fit(F):
     assert all(r["kind"] in ("X", "dY") for r in gluon) and all(r["rev"] == 14 for r in rows)
     us = F.price_calls(fchw.load("h200"), rows)
     assert len(us) == len(rows) and (us > 0).all()
+
+
+def test_on_gluon_amax_mirrors_the_rust_price(F):
+    """fit_emulation.on_gluon_amax says which calls ops.rs prices with rowcol_gluon's amax
+    pass (revision 15 on): exactly the row+col calls whose price at 15 differs from 14's
+    among calls that measure their amax; call_features refuses them."""
+    hw = fchw.load("h200")
+    nv = {"element": "e2m1", "scale": "e4m3", "block": 16, "rule": "te", "tile_2d": False}
+    cases = [
+        [{"format": nv, "decoded": True}, {"format": nv, "rht": 16}],
+        [{"format": nv, "decoded": True, "sr": True, "sr16": True},
+         {"format": nv, "decoded": True, "rht": 16, "sr": True, "sr16": True}],
+        [{"format": nv}, {"format": nv}],
+        [{"format": nv, "rht": 16}, {"format": nv}],
+        [{"format": nv}],
+    ]
+    seen = set()
+    for outs in cases:
+        q = {"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 1, "outputs": outs}
+        old, new = (r.detail["emulation_s"] for r in fchw.op_times(hw, [{**q, "quant_rev": r} for r in (14, 15)]))
+        assert F.on_gluon_amax(q, 15) == (new != old), outs
+        assert not F.on_gluon_amax(q, 14) and not F.on_gluon_amax({**q, "refresh": 10}, 15)
+        seen.add(F.on_gluon_amax(q, 15))
+        if F.on_gluon_amax(q, 15):
+            with pytest.raises(SystemExit, match="rowcol_gluon"):
+                F.call_features(q, 15)
+    assert seen == {True, False}

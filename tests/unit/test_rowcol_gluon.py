@@ -91,6 +91,30 @@ def test_column_rht16_compiles_in_thread(fmt, fuse, mode):
     assert k["atom"] == (2 if fuse else 0)
 
 
+@pytest.mark.parametrize("rn_c", [0, 16])
+def test_amax_pass_compiles(rn_c):
+    """rowcol_gluon's amax pass: no spills, two atomics a program, and with a column RHT of
+    16 the f64 butterflies in each thread (the rows' halfword max needs no shuffle either;
+    only the program's final reductions cross lanes)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json, os, re, subprocess, sys, tempfile, triton\n"
+            "from fourcast.kernels import rowcol_gluon as rg\n"
+            f"k = rg.compile_amax_sm90({rn_c})\n"
+            "b = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump')\n"
+            "f = tempfile.NamedTemporaryFile(suffix='.cubin'); f.write(k.asm['cubin']); f.flush()\n"
+            "res = subprocess.run([b, '-res-usage', f.name], capture_output=True, text=True, check=True).stdout\n"
+            "print(json.dumps(dict(local=int(re.search(r'LOCAL:(\\d+)', res).group(1)),\n"
+            "                      atom=k.asm['ptx'].count('atom.global'), f64=k.asm['ptx'].count('add.rn.f64')\n"
+            "                      + k.asm['ptx'].count('add.f64') + k.asm['ptx'].count('fma.rn.f64'))))\n")
+    with tempfile.TemporaryDirectory() as cache:
+        env["TRITON_CACHE_DIR"] = cache
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    k = json.loads(out.stdout.strip().splitlines()[-1])
+    assert k["local"] == 0 and k["atom"] == 2
+    assert (k["f64"] > 0) == (rn_c == 16)
+
+
 def test_one_lane_layouts_fit_their_tiles_only():
     """Config.one_lane's layouts are used where they cover the tile without a lane holding a
     copy of another's elements: blocks of 16, tiles whose row and column blocks divide a warp."""
@@ -192,6 +216,22 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     assert arg["TS_OUT"] is o["ts"]
     fresh = spec.two_level and amax is None
     assert len(calls) == (2 if fresh else 1) and (not fresh or calls[0][0].__name__ == "_strip_amax_kernel")
+    if fresh:  # on an sm_90 GPU the amax pass is rowcol_gluon's: its arguments and every constexpr
+        monkeypatch.setattr(qk, "_gluon_amax_ok", lambda *a, **k: True)
+        monkeypatch.setattr(qk, "_ROWCOL_PLANS", {})
+        calls.clear()
+        o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, None, rht_c, amax, amax, write_codes=codes,
+                             write_xhat=xhat, unscaled=True)
+        fn0, grid0, args0, consts0 = calls[0]
+        assert fn0 is rg._amax_kernel and len(calls) == 2
+        cfg0 = rg.amax_config(rn_c)
+        assert grid0 == (256 // (cfg0.bm * cfg0.iters), 384 // cfg0.bk) and consts0["NW"] == cfg0.warps
+        amax_arg = dict(zip([q.name for q in fn0.params], args0))
+        assert amax_arg["X"] is x and (amax_arg["R"], amax_arg["C"]) == (256, 384)
+        assert amax_arg["AMAX_BITS"].data_ptr() == calls[1][2][names.index("AMAX_IN_R")].data_ptr()
+        assert (amax_arg["SIGNS_C"] is signs) if rn_c else amax_arg["SIGNS_C"].numel() <= 1
+        assert set(consts0) - {"num_warps"} == {q.name for q in fn0.params if q.is_constexpr}
+        assert consts0["RN_C"] == rn_c
     assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
     if consts["FUSE_AMAX"] and not rn_c:  # one amax, recorded at AMAX_BITS[0], returned for both copies
         assert arg["AMAX_IN_R"].data_ptr() == arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr()

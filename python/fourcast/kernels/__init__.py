@@ -20,7 +20,8 @@ from fourcast.kernels.utils import Packed
 # kernel benchmarks until a profiled training run at 13 gives calls to fit), 14 rowcol_gluon
 # with a block of 16 in one lane, taking the "sr16" calls with blocks of 16 and the calls with
 # a column RHT of 16 too (0.66x, 0.94x and 0.62x, session 18: the model's
-# triton_quant_gluon_one_lane_time_factor, _sr16_time_factor, _rht_time_factor).
-QUANT_REV = 14
+# triton_quant_gluon_one_lane_time_factor, _sr16_time_factor, _rht_time_factor), 15 the
+# row+col calls' amax pass on rowcol_gluon where it applies (triton_quant_gluon_amax_*).
+QUANT_REV = 15
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

@@ -968,6 +968,24 @@ def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: s
                                          xhat_dtype, _gluon_config())
 
 
+def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
+    """rowcol_gluon's amax pass serves this row+col call's (rowcol_gluon.amax_applies, on an
+    sm_90 GPU with Gluon) unless the benchmarks pin strip.py's (CONFIG_OVERRIDE "rowcol" or
+    "amax" = "strip"). Session 18: TE's X call measures its amax ahead of the quantizer,
+    with the column RHT, in about half of the call's time on strip.py's pass (training-h200.md
+    run 19)."""
+    if CONFIG_OVERRIDE.get("rowcol") == "strip" or CONFIG_OVERRIDE.get("amax") == "strip":
+        return False
+    if interpreting() or not x.is_cuda:
+        return False
+    from fourcast.kernels.gemm import _capability
+
+    if _capability(x.device.index if x.device.index is not None else torch.cuda.current_device())[0] != 9:
+        return False
+    rg = _rowcol_gluon()
+    return rg is not None and rg.amax_applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"))
+
+
 def _gluon_config() -> tuple:
     """rowcol_gluon's (BM, BK, warps, row tiles a program[, maxnreg]): its CONFIG, or
     CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
@@ -1031,13 +1049,16 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
         grid = rg.grid(R, C, cfg)
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
-    if fresh and route in ("strip", "gluon"):
+    if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
+        plan["amax"] = ("gluon", *_rowcol_gluon().amax_launch(R, C, rnc, CONFIG_OVERRIDE.get("amax_gluon")))
+    elif fresh and route in ("strip", "gluon"):
         br0, bc0, amax_iters = strip.amax_config(br, bc, interp)
-        plan["amax"] = ((_cdiv(R, br0 * amax_iters), _cdiv(C, bc0)),
+        plan["amax"] = ("strip", (_cdiv(R, br0 * amax_iters), _cdiv(C, bc0)),
                         dict(RN_R=rn, LOG2N_R=l_r, NORM_R=rht_norm(rn), RN_C=rnc, LOG2N_C=l_c, NORM_C=rht_norm(rnc),
                              BR=br0, BC=bc0, ITERS=amax_iters, num_warps=1))
     elif fresh:
-        plan["amax"] = (plan["grid"], dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False, WRITE_XHAT=False))
+        plan["amax"] = ("transpose", plan["grid"], dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False,
+                                                        WRITE_XHAT=False))
     if not CONFIG_OVERRIDE:
         if len(_ROWCOL_PLANS) > 512:
             _ROWCOL_PLANS.clear()
@@ -1108,10 +1129,12 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
                 seed, int(offset), int(offset) + R * C)
         if route == "transpose":
             args += (scale_r, scale_c)
-    if plan["amax"] is not None:  # strip.py's amax pass serves the strip and the Gluon kernels
-        grid0, consts0 = plan["amax"]
-        if route == "transpose":
+    if plan["amax"] is not None:  # the strip and Gluon kernels' amax pass: rowcol_gluon's, else strip.py's
+        amax_kernel, grid0, consts0 = plan["amax"]
+        if amax_kernel == "transpose":
             launcher.run(kernel, grid0, args, consts0)
+        elif amax_kernel == "gluon":
+            launcher.run(_rowcol_gluon()._amax_kernel, grid0, (x, amax_bits, sc_, R, C), consts0)
         else:
             launcher.run(strip._strip_amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
     launcher.run(kernel, plan["grid"], args, plan["consts_seed_ptr" if seed_ptr else "consts"])

@@ -42,7 +42,13 @@ amax pass (or recorded here, for a format without a tensor scale). quantize.laun
 routes every call in that scope here on an sm_90 GPU (route "gluon"); every other call goes
 to strip.py.
 
-Gluon has no interpreter: the CPU tier compiles this kernel for sm_90a offline
+_amax_kernel is the two-level formats' amax pass on the same tiling (the row copy's amax by
+halfword max on the words, the column copy's after the RHT of 16 in one thread): 0.77-0.89x
+strip.py's pass without an RHT, 0.56-0.73x with it (session 18); quantize.launch_rowcol runs
+it ahead of either quantizer where `amax_applies` (the strip kernel's calls with a decoded
+rotated column, TE's dY call, too).
+
+Gluon has no interpreter: the CPU tier compiles these kernels for sm_90a offline
 (tests/unit/test_rowcol_gluon.py), tests/gpu checks its bytes.
 """
 
@@ -340,6 +346,89 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         gl.store(TS_OUT + 1, s_c)
 
 
+@gluon.jit
+def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.constexpr, BM: gl.constexpr,
+                 BK: gl.constexpr, NW: gl.constexpr, ITERS: gl.constexpr):
+    """strip._strip_amax_kernel's two tensor amaxes (atomic max of |y| bits: the row copy's at
+    AMAX_BITS[0], the column copy's at [1], after an RHT of 16 if RN_C) on _rowcol_kernel's
+    one-lane tiling: a row's amax by halfword max.u16x2 on the words, the column RHT's f64
+    butterflies in one thread (_rht16_col), where the strip kernel's cross lanes. A program
+    takes ITERS row tiles, the next one's words in flight, and makes two atomics."""
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    WB: gl.constexpr = 8
+    LR: gl.constexpr = gl.BlockedLayout([1, 1, WB], [32 // (W // WB), W // WB, 1], [NW, 1, 1], [2, 1, 0])
+    LC: gl.constexpr = gl.BlockedLayout([1, WB, 1], [H // WB, 1, 32 // (H // WB)], [1, 1, NW], [1, 0, 2])
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
+    i = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None, None]
+    g = gl.arange(0, W // WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LR)))[None, :, None]
+    k = gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(1, LR)))[None, None, :]
+    w = pid_c * W + g * WB + k
+    p = gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LC)))[None, :, None]
+    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    t0 = pid_r * ITERS
+    e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)
+    o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)
+    m_r = 0  # halfword maxima (max.u16x2), both halves one row amax
+    m_c = 0
+    if RN_C > 0:
+        sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
+        sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
+    for it in gl.static_range(ITERS):
+        e = e_next
+        o = o_next
+        if it + 1 < ITERS:
+            r1 = (t0 + it + 1) * H
+            e_next = gl.load(XW + (2 * (r1 + i)) * (C // 2) + w)
+            o_next = gl.load(XW + (2 * (r1 + i) + 1) * (C // 2) + w)
+        m = _max_u16x2(_abs_max16(e, 2), _abs_max16(o, 2))
+        m_r = _max_u16x2(m_r, gl.reduce(gl.reduce(m, 1, _max_u16x2), 0, _max_u16x2))
+        if RN_C > 0:
+            ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
+            oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
+            e_lo, e_hi = _halves(ec)
+            o_lo, o_hi = _halves(oc)
+            e_lo, o_lo = _rht16_col(e_lo, o_lo, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
+            e_hi, o_hi = _rht16_col(e_hi, o_hi, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
+            mc = gl.maximum(_abs_max_col(e_lo, o_lo), _abs_max_col(e_hi, o_hi))
+            m_c = gl.maximum(m_c, gl.max(gl.max(mc, axis=1), axis=0))
+    row = gl.maximum(m_r << 16, m_r & -65536)
+    gl.atomic_max(AMAX_BITS, row)
+    gl.atomic_max(AMAX_BITS + 1, m_c if RN_C > 0 else row)
+
+
+# _amax_kernel's tiles: the quantizer's 64 x 128, several row tiles a program (a read-only
+# pass: its two atomics a program would otherwise count). Fastest of four in session 18 (call
+# 8, five shapes from 8192^2 to 32768 x 4608, against strip.py's pass): without an RHT 8 warps,
+# four tiles (0.77-0.89x), with the column RHT 4 warps, eight tiles (0.56-0.73x; its f64
+# butterflies take 170 registers, so fewer warps a program let more programs share an SM).
+AMAX_CONFIG = Config(64, 128, 8, 4)
+AMAX_RHT_CONFIG = Config(64, 128, 4, 8)
+
+
+def amax_config(rn_c: int) -> Config:
+    """_amax_kernel's tile for a column RHT of rn_c (0: none)."""
+    return AMAX_RHT_CONFIG if rn_c else AMAX_CONFIG
+
+
+def amax_applies(x: torch.Tensor, rht: tuple, config: tuple | None = None) -> bool:
+    """Whether _amax_kernel serves this row+col call's amax pass: bf16, R a multiple of
+    BM x ITERS and C of BK, no row RHT, a column RHT of 16 or none."""
+    config = Config(*(config or amax_config(rht[1])))
+    R, C = x.shape
+    return (x.dtype == torch.bfloat16 and rht[0] == 0 and rht[1] in (0, 16)
+            and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
+
+
+def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None) -> tuple[tuple, dict]:
+    """(grid, constexprs) of _amax_kernel for an (R, C) input with a column RHT of rn_c."""
+    config = Config(*(config or amax_config(rn_c)))
+    consts = dict(RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, BM=config.bm, BK=config.bk,
+                  NW=config.warps, ITERS=config.iters, num_warps=config.warps)
+    return (R // (config.bm * config.iters), C // config.bk), consts
+
+
 def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple, codes_on: tuple, xhat_on: tuple,
             unscaled: bool, xhat_dtype, config: tuple = CONFIG) -> bool:
     """Whether _rowcol_kernel serves this row+col call (the module doc's scope): each copy
@@ -382,6 +471,21 @@ def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
 
 def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
     return (R // (config[0] * config[3]), C // config[1])
+
+
+def compile_amax_sm90(rn_c: int, config: tuple | None = None):
+    """_amax_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    _, consts = amax_launch(1, 1, rn_c, config)
+    warps = consts.pop("num_warps")
+    fn = _amax_kernel
+    sig = dict(X="*bf16", AMAX_BITS="*i32", SIGNS_C="*fp32", R="i32", C="i32", **{k: "constexpr" for k in consts})
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("X", "R", "C")}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
 
 
 def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False,

@@ -149,6 +149,11 @@ pub struct EmulCost {
     /// As `gluon_time_factor`, for the row+col calls with a column RHT of 16 (blocks of 16, the
     /// column copy packed) that revision 14 on runs on the Gluon kernel.
     pub gluon_rht_time_factor: f64,
+    /// A row+col call's amax pass on rowcol_gluon.py's kernel (revision 15 on; no RHT) costs
+    /// this fraction of strip.py's (`amax_s_per_elem` per input element).
+    pub gluon_amax_time_factor: f64,
+    /// As `gluon_amax_time_factor`, for an amax pass with a column RHT of 16.
+    pub gluon_amax_rht_time_factor: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -303,22 +308,16 @@ impl Hw {
                     &e.triton_quant_sr16_int_saving_ns_per_elem,
                 ),
                 gather_saving_s_per_elem: optional_ns(&e.triton_quant_gather_saving_ns_per_elem),
-                gluon_time_factor: e
-                    .triton_quant_gluon_time_factor
-                    .as_ref()
-                    .map_or(1.0, |n| n.value),
-                gluon_one_lane_time_factor: e
-                    .triton_quant_gluon_one_lane_time_factor
-                    .as_ref()
-                    .map_or(1.0, |n| n.value),
-                gluon_sr16_time_factor: e
-                    .triton_quant_gluon_sr16_time_factor
-                    .as_ref()
-                    .map_or(1.0, |n| n.value),
-                gluon_rht_time_factor: e
-                    .triton_quant_gluon_rht_time_factor
-                    .as_ref()
-                    .map_or(1.0, |n| n.value),
+                gluon_time_factor: optional_factor(&e.triton_quant_gluon_time_factor),
+                gluon_one_lane_time_factor: optional_factor(
+                    &e.triton_quant_gluon_one_lane_time_factor,
+                ),
+                gluon_sr16_time_factor: optional_factor(&e.triton_quant_gluon_sr16_time_factor),
+                gluon_rht_time_factor: optional_factor(&e.triton_quant_gluon_rht_time_factor),
+                gluon_amax_time_factor: optional_factor(&e.triton_quant_gluon_amax_time_factor),
+                gluon_amax_rht_time_factor: optional_factor(
+                    &e.triton_quant_gluon_amax_rht_time_factor,
+                ),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,
                 eager_clock_hz: e
                     .torch_eager_gemm_clock_ghz
@@ -463,4 +462,9 @@ impl Hw {
 /// Seconds of an optional emulation term given in ns (absent: 0, the term not fitted).
 fn optional_ns<'a>(term: impl Into<Option<&'a super::profile::Num>>) -> f64 {
     term.into().map_or(0.0, |n| n.value * 1e-9)
+}
+
+/// A time factor of the emulation, 1 (no change) where the file has none.
+fn optional_factor(term: &Option<super::profile::Num>) -> f64 {
+    term.as_ref().map_or(1.0, |n| n.value)
 }

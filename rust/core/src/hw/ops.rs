@@ -192,7 +192,7 @@ const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
 /// absent.
-pub const QUANT_REV: u32 = 14;
+pub const QUANT_REV: u32 = 15;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
@@ -216,6 +216,10 @@ struct QuantKernel {
     /// blocks of 16 too, at `gluon_sr16_time_factor`, and the calls whose packed column copy
     /// has an RHT of 16 (blocks of 16; RTNE or "sr16"), at `gluon_rht_time_factor`.
     one_lane: bool,
+    /// A row+col call's amax pass runs rowcol_gluon.py's kernel (session 18 on, revision 15)
+    /// where it applies (no row RHT, a column RHT of 16 or none): `gluon_amax_time_factor`
+    /// (`gluon_amax_rht_time_factor` with the RHT) of strip.py's pass's price.
+    gluon_amax: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -232,6 +236,7 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
         gather: rev >= 12,
         gluon: rev >= 13,
         one_lane: rev >= 14,
+        gluon_amax: rev >= 15,
     })
 }
 
@@ -363,13 +368,24 @@ fn emulated_quant_s(
                 } else {
                     0.0 // the float sr16 of revisions before 11
                 };
-            // The amax pass is strip.py's kernel on either route: only the quantizing kernel
-            // after it runs at the Gluon kernel's fraction.
+            // The amax pass is its own kernel on either route: the Gluon factor scales only
+            // the quantizing kernel after it. From revision 15 the pass is rowcol_gluon.py's
+            // where it applies, at its measured fraction of strip.py's (kernels-h200.md,
+            // session 18), else strip.py's (the fitted amax term).
             let amax_pass_s = amax * e.amax_s_per_elem;
+            let gluon_amax = kernel.gluon_amax
+                && outs.len() == 2
+                && outs[0].rht == 0
+                && matches!(outs[1].rht, 0 | 16);
+            let amax_s = match (gluon_amax, outs.last().map_or(0, |o| o.rht)) {
+                (false, _) => amax_pass_s,
+                (true, 16) => amax_pass_s * e.gluon_amax_rht_time_factor,
+                (true, _) => amax_pass_s * e.gluon_amax_time_factor,
+            };
             Ok(Some(if on_gluon {
-                e.call_s + amax_pass_s + gluon_factor * (strip_s - e.call_s - amax_pass_s)
+                e.call_s + amax_s + gluon_factor * (strip_s - e.call_s - amax_pass_s)
             } else {
-                strip_s
+                strip_s - amax_pass_s + amax_s
             }))
         }
         Some(other) => Err(Error::unknown(

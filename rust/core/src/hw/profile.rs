@@ -230,6 +230,13 @@ pub struct Emulation {
     /// rowcol_gluon.py (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_rht_time_factor: Option<Num>,
+    /// A row+col call's amax pass on rowcol_gluon.py's kernel (quantizer revision 15 on, no
+    /// RHT) over strip.py's, applied to `triton_quant_amax_ns_per_elem` (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_amax_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_amax_time_factor`, with a column RHT of 16.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_amax_rht_time_factor: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,

@@ -977,8 +977,9 @@ fn emulated_gluon_route_prices_rtne_row_col_calls_as_a_fraction_of_the_strip_pri
 
 #[test]
 fn emulated_gluon_route_scales_the_kernel_not_the_amax_pass() {
-    // A call that measures its tensor amax (refresh 1, a two-level format) runs strip.py's
-    // amax pass on either route: the Gluon factor applies to the rest of the price only.
+    // A call that measures its tensor amax (refresh 1, a two-level format) runs an amax pass
+    // before either quantizer (strip.py's up to revision 14): the Gluon factor applies to the
+    // rest of the price only.
     let hw = h200_with("emulation.triton_quant_gluon_one_lane_time_factor", "0.5");
     let e = hw.emulation.unwrap();
     let price = |outs: &str, extra: &str| {
@@ -992,11 +993,55 @@ fn emulated_gluon_route_scales_the_kernel_not_the_amax_pass() {
     let amax_pass = 75497472.0 * e.amax_s_per_elem;
     assert!(amax_pass > 0.0);
     let want = e.call_s + amax_pass + 0.5 * (strip - e.call_s - amax_pass);
+    let rev14 = price(outs, r#", "quant_rev": 14"#); // revision 15 prices its own amax pass
+    assert!((rev14 - want).abs() < 1e-15, "{rev14} {want}");
+}
+
+#[test]
+fn emulated_gluon_amax_pass_is_priced_per_element_from_revision_15() {
+    // Revision 15 (session 18, the default): a row+col call that measures its tensor amax
+    // runs rowcol_gluon.py's amax pass where it applies (no row RHT; a column RHT of 16 or
+    // none), at gluon_amax(_rht)_time_factor of the fitted amax term's price, on either
+    // quantizer route. Revision 14 and a row RHT keep the fitted price.
+    let hw = hw("h200");
+    let e = hw.emulation.unwrap();
     assert!(
-        (price(outs, "") - want).abs() < 1e-15,
-        "{} {want}",
-        price(outs, "")
+        e.gluon_amax_rht_time_factor < e.gluon_amax_time_factor && e.gluon_amax_time_factor < 1.0
     );
+    let n = 75497472.0;
+    let price = |outs: &str, extra: &str| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": {n}, "impl": "fourcast-triton", "refresh": 1, "outputs": [{outs}]{extra}}}"#
+        );
+        op_time(&hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    let rev14 = r#", "quant_rev": 14"#;
+    let sr16 = r#""sr": true, "sr16": true"#;
+    for (outs, factor) in [
+        // TE's X call (Gluon route) and dY call (decoded column: strip route)
+        (
+            r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#.to_string(),
+            e.gluon_amax_rht_time_factor,
+        ),
+        (
+            format!(
+                r#"{{"format": "nvfp4", "decoded": true, {sr16}}}, {{"format": "nvfp4", "decoded": true, "rht": 16, {sr16}}}"#
+            ),
+            e.gluon_amax_rht_time_factor,
+        ),
+        (
+            r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#.to_string(),
+            e.gluon_amax_time_factor,
+        ),
+    ] {
+        let saved = price(&outs, rev14) - price(&outs, "");
+        assert!(
+            (saved - n * e.amax_s_per_elem * (1.0 - factor)).abs() < 1e-12,
+            "{outs}: {saved}"
+        );
+    }
+    let row_rht = r#"{"format": "nvfp4", "rht": 16}, {"format": "nvfp4"}"#;
+    assert_eq!(price(row_rht, rev14), price(row_rht, ""));
 }
 
 #[test]
