@@ -67,6 +67,7 @@ time the GPU waited for the host.
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import re
 from typing import NamedTuple
@@ -153,9 +154,9 @@ def strip_tiles(q: dict, max_iters: int) -> tuple[float, float]:
     outs = q["outputs"]
     strip = not any(o.get("sr") for o in outs)
     block = max(o["format"]["block"] for o in outs)
-    rows = max(block, 16, *(o["rht"] for o in outs[1:]))
-    tiles = q["numel"] / (rows * max(64 if strip else 32, outs[0]["rht"]))
-    iters = float(max_iters) if rows == 16 and not any(o["rht"] for o in outs) else 1.0
+    rows = max(block, 16, *(o.get("rht", 0) for o in outs[1:]))
+    tiles = q["numel"] / (rows * max(64 if strip else 32, outs[0].get("rht", 0)))
+    iters = float(max_iters) if rows == 16 and not any(o.get("rht", 0) for o in outs) else 1.0
     while iters > 1 and tiles // iters < 4096:
         iters /= 2
     return tiles, iters
@@ -166,7 +167,7 @@ def overlapped_elems(q: dict, max_iters: int) -> float:
     quantize (ITERS - 1 of ITERS tiles a program), as ops.rs counts them."""
     if len(q["outputs"]) != 2:
         return 0.0
-    copies = sum(2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"])
+    copies = sum(2.0 if o.get("transposed_copy") else 1.0 for o in q["outputs"])
     return float(q["numel"]) * copies * (1 - 1 / strip_tiles(q, max_iters)[1])
 
 
@@ -182,8 +183,8 @@ def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
     amax: formats without one, two atomics per strip program, ops.rs in_kernel_amax_programs).
     max_iters: the most row tiles a strip program took (1 in runs up to 14)."""
     n = float(q["numel"])
-    copies = [2.0 if o["transposed_copy"] else 1.0 for o in q["outputs"]]
-    rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o["rht"] > 0)
+    copies = [2.0 if o.get("transposed_copy") else 1.0 for o in q["outputs"]]
+    rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o.get("rht", 0) > 0)
 
     def rounded(group: int) -> float:
         return n * sum(c for c, o in zip(copies, q["outputs"])
@@ -367,22 +368,57 @@ def on_gluon_amax(q: dict, rev: int | None) -> bool:
             and measures_amax(q) and not outs[0].get("rht") and outs[1].get("rht", 0) in (0, 16))
 
 
-def call_features(q: dict, rev: int | None) -> np.ndarray:
+def gluon_scaling(q: dict, rev: int | None, emulation: dict) -> tuple[float, float]:
+    """(f, a) of ops.rs emulated_quant_s for this call: f scales the strip price beyond the
+    call cost and the amax pass where the call runs on rowcol_gluon (on_gluon; else 1), a
+    the amax pass where it is rowcol_gluon's (on_gluon_amax; else 1); emulation: the TOML's
+    [emulation] table (a factor it lacks is 1)."""
+    rev = QUANT_REV if rev is None else rev
+
+    def factor(name: str) -> float:
+        return float(emulation[name]["value"]) if name in emulation else 1.0
+
+    outs = q.get("outputs", [])
+    f = 1.0
+    if on_gluon(q, rev):
+        if rev < 14:
+            f = factor("triton_quant_gluon_time_factor")
+        elif any(o.get("rht") for o in outs):
+            f = factor("triton_quant_gluon_rht_time_factor")
+        elif any(o.get("sr") for o in outs):
+            f = factor("triton_quant_gluon_sr16_time_factor")
+        else:
+            f = factor("triton_quant_gluon_one_lane_time_factor")
+    a = 1.0
+    if on_gluon_amax(q, rev):
+        a = factor("triton_quant_gluon_amax_rht_time_factor" if outs[1].get("rht") == 16
+                   else "triton_quant_gluon_amax_time_factor")
+    return f, a
+
+
+@functools.lru_cache(maxsize=None)
+def _h200_emulation() -> dict:
+    return fchw.load("h200").data["emulation"]
+
+
+def call_features(q: dict, rev: int | None, emulation: dict | None = None) -> np.ndarray:
     """One call's price as ops.rs emulated_quant_s counts it, column by column of CALL_TERMS
-    (seconds per unit of each term's TOML value): price = call_features . values. A call
-    priced on the Gluon kernel (on_gluon) is a fixed fraction of this, which the per-call
-    fits do not model: fit on profiles of revisions up to 12."""
-    if on_gluon(q, rev) or on_gluon_amax(q, rev):
-        raise SystemExit("a quantize call of revision >= 13 runs on rowcol_gluon (its amax pass from 15), priced "
-                         "as triton_quant_gluon_*_time_factor of the strip price: the per-call fits take "
-                         "profiles of revisions up to 12")
+    (seconds per unit of each term's TOML value): price = call_features . values. A call on
+    rowcol_gluon (revision 13 on) or with its amax pass (15 on) is the strip price's features
+    scaled by the TOML's fixed Gluon factors (gluon_scaling; emulation: that table, default
+    the h200 file's), so the fits take it with the factors held."""
     iters, int_sr16 = quant_kernel(rev)
     f = quant_features(q, iters)
     sr16 = f[QUANT_TERMS.index("triton_quant_sr16_ns_per_elem")]
     gathered = gathered_elems(q, iters) if gathers(rev) else 0.0
     units = [1e-6] + [1e-9] * (len(QUANT_TERMS) - 1)
-    return np.array([v * u for v, u in zip(f, units)]
-                    + [-1e-9 * overlapped_elems(q, iters), -1e-9 * gathered, -1e-9 * sr16 * int_sr16])
+    x = np.array([v * u for v, u in zip(f, units)]
+                 + [-1e-9 * overlapped_elems(q, iters), -1e-9 * gathered, -1e-9 * sr16 * int_sr16])
+    scale, amax = gluon_scaling(q, rev, _h200_emulation() if emulation is None else emulation)
+    x[1:] *= scale
+    i = CALL_TERMS.index("triton_quant_amax_ns_per_elem")
+    x[i] *= amax / scale
+    return x
 
 
 def call_kind(operand: str) -> str:
@@ -391,11 +427,10 @@ def call_kind(operand: str) -> str:
     return {"x": "X", "dy": "dY", "w": "W"}.get(first, first)
 
 
-def call_rows(path: pathlib.Path, fit: bool = True) -> list[dict]:
+def call_rows(path: pathlib.Path, emulation: dict | None = None) -> list[dict]:
     """Every quantize op of a run's timeline step (its GPU time, one op per layer and call
-    site), with the kernels' revision (recorded, else quant_rev_of) and its call_features;
-    fit=False (a check, not a fit): a call priced on rowcol_gluon (on_gluon) has features None
-    instead of the refusal."""
+    site), with the kernels' revision (recorded, else quant_rev_of) and its call_features
+    (emulation: the [emulation] table whose Gluon factors they hold; default the h200 file's)."""
     prof = P.load_profile(path)
     rev = prof.get("quant_rev", quant_rev_of(path))
     if not prof.get("gpu_ops"):
@@ -409,8 +444,7 @@ def call_rows(path: pathlib.Path, fit: bool = True) -> list[dict]:
                      "layer": op.get("layer", ""), "operand": op["operand"], "kind": call_kind(op["operand"]),
                      "rows": op["rows"], "cols": op["cols"], "calls": float(op["calls_per_step"]),
                      "us": float(op["ms_per_call"]) * 1e3,
-                     "features": (None if not fit and (on_gluon(q, rev) or on_gluon_amax(q, rev))
-                                  else call_features(q, rev)),
+                     "features": call_features(q, rev, emulation),
                      "op": {**q, "impl": "fourcast-triton", **({"quant_rev": rev} if rev is not None else {})}})
     return rows
 
@@ -422,14 +456,12 @@ def term_values(hw: fchw.Hardware) -> np.ndarray:
 
 
 def price_calls(hw: fchw.Hardware, rows: list[dict]) -> np.ndarray:
-    """us per call of each row, from the Rust model. The check of call_features (of the rows
-    that have them): they give the emulation price (detail "emulation_s"), which ops.rs then
-    keeps no lower than the vendor-grade memory price (a floor that a low per-call constant
-    reaches on small calls)."""
+    """us per call of each row, from the Rust model. The check of call_features: they give
+    the emulation price (detail "emulation_s"), which ops.rs then keeps no lower than the
+    vendor-grade memory price (a floor that a low per-call constant reaches on small calls)."""
     res = fchw.op_times(hw, [row["op"] for row in rows])
-    linear_rows = [i for i, row in enumerate(rows) if row["features"] is not None]  # not on_gluon
-    emulated = np.array([res[i].detail["emulation_s"] * 1e6 for i in linear_rows])
-    linear = np.array([rows[i]["features"] for i in linear_rows]).reshape(len(linear_rows), -1) @ term_values(hw) * 1e6
+    emulated = np.array([r.detail["emulation_s"] * 1e6 for r in res])
+    linear = np.array([row["features"] for row in rows]) @ term_values(hw) * 1e6
     if not np.allclose(emulated, linear, rtol=1e-6, atol=1e-6):
         raise SystemExit("call_features disagree with ops.rs emulated_quant_s; update them together")
     return np.array([r.time_s * 1e6 for r in res])

@@ -48,7 +48,7 @@ def table(hw: fchw.Hardware, dirs: list[pathlib.Path]) -> tuple[list[dict], list
     (a BF16 run has no quantize ops)."""
     calls = []
     for d in dirs:
-        rows = F.call_rows(d, fit=False)
+        rows = F.call_rows(d, hw.data["emulation"])
         if not rows:
             continue
         model = F.price_calls(hw, rows)

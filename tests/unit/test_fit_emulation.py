@@ -114,11 +114,11 @@ def test_the_pin_fit_from_session_16_is_no_worse_and_gives_the_file(F, calls):
             assert np.abs(p.A @ x - p.b).max() <= np.abs(err0).max() + 1e-9
 
 
-def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
+def test_on_gluon_mirrors_the_rust_price(F):
     """fit_emulation.on_gluon says which calls ops.rs prices as run on rowcol_gluon
     (revision 13 on; from 14 its "sr16" calls and column RHTs of 16 too): exactly those whose
-    price at 13 or 14 differs from their price at 12. The per-call features do not model
-    that factor, so call_features refuses such calls."""
+    price at 13 or 14 differs from their price at 12; call_features, the strip features
+    scaled by the file's Gluon factors, give ops.rs's price for every one."""
     hw = fchw.load("h200")
 
     def fmt(element, scale, block, rule, tile_2d=False):
@@ -155,9 +155,8 @@ def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
         for rev, price in zip((13, 14), new):
             assert F.on_gluon(q, rev) == (price != old), (rev, outs)
             seen.add((rev, F.on_gluon(q, rev)))
-            if F.on_gluon(q, rev):
-                with pytest.raises(SystemExit, match="rowcol_gluon"):
-                    F.call_features(q, rev)
+            if F.on_gluon(q, rev):  # the strip features scaled by the Gluon factor: ops.rs's price
+                assert F.call_features(q, rev) @ F.term_values(hw) == pytest.approx(price, rel=1e-9), (rev, outs)
         assert not F.on_gluon(q, 12)
         assert F.on_gluon(q, None) == F.on_gluon(q, 14)
     assert seen == {(13, True), (13, False), (14, True), (14, False)}
@@ -165,25 +164,23 @@ def test_on_gluon_mirrors_the_rust_price_and_the_fit_refuses_those_calls(F):
     assert F.on_gluon({"outputs": sr16}, 14) and not F.on_gluon({"outputs": sr16}, 13)
 
 
-def test_call_rows_of_a_gluon_run_check_but_do_not_fit(F):
-    """Run 19 (quantizer revision 14) has calls priced on rowcol_gluon: call_rows refuses
-    them for a fit, and for a check (fit=False, quantize_calls.py) gives them no features
-    while price_calls still checks the others' features against the Rust price."""
-    run = ROOT / "benchmarks/results/training-h200-run19/125m/ue5m3+sr16"
-    with pytest.raises(SystemExit, match="rowcol_gluon"):
-        F.call_rows(run)
-    rows = F.call_rows(run, fit=False)
-    gluon = [r for r in rows if r["features"] is None]
-    assert gluon and len(gluon) < len(rows)  # X and dY calls on the Gluon kernel, W calls not
-    assert all(r["kind"] in ("X", "dY") for r in gluon) and all(r["rev"] == 14 for r in rows)
-    us = F.price_calls(fchw.load("h200"), rows)
-    assert len(us) == len(rows) and (us > 0).all()
+def test_call_rows_of_a_gluon_run_price_as_rust_does(F):
+    """Runs 19 and 20 (quantizer revisions 14 and 15) have calls on rowcol_gluon and its amax
+    pass: their call_features (the strip features scaled by the file's Gluon factors) give
+    the Rust price of every call (price_calls checks it), so a fit can take them."""
+    hw = fchw.load("h200")
+    for run in ("training-h200-run19/125m/ue5m3+sr16", "training-h200-run20/125m/nvfp4+sr16"):
+        rows = F.call_rows(ROOT / "benchmarks/results" / run)
+        assert any(F.on_gluon(r["op"], r["rev"]) for r in rows), run
+        us = F.price_calls(hw, rows)  # raises if the features and ops.rs disagree
+        assert len(us) == len(rows) and (us > 0).all()
+    assert any(F.on_gluon_amax(r["op"], r["rev"]) for r in rows)
 
 
 def test_on_gluon_amax_mirrors_the_rust_price(F):
     """fit_emulation.on_gluon_amax says which calls ops.rs prices with rowcol_gluon's amax
     pass (revision 15 on): exactly the row+col calls whose price at 15 differs from 14's
-    among calls that measure their amax; call_features refuses them."""
+    among calls that measure their amax; call_features give ops.rs's price for each."""
     hw = fchw.load("h200")
     nv = {"element": "e2m1", "scale": "e4m3", "block": 16, "rule": "te", "tile_2d": False}
     cases = [
@@ -201,7 +198,5 @@ def test_on_gluon_amax_mirrors_the_rust_price(F):
         assert F.on_gluon_amax(q, 15) == (new != old), outs
         assert not F.on_gluon_amax(q, 14) and not F.on_gluon_amax({**q, "refresh": 10}, 15)
         seen.add(F.on_gluon_amax(q, 15))
-        if F.on_gluon_amax(q, 15):
-            with pytest.raises(SystemExit, match="rowcol_gluon"):
-                F.call_features(q, 15)
+        assert F.call_features(q, 15) @ F.term_values(hw) == pytest.approx(new, rel=1e-9), outs
     assert seen == {True, False}
