@@ -319,8 +319,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             m_hi = m & -65536
         # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" group is its block
         counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j + offset_c
-        b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS, BITS,
-                                             GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE)
+        b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS,
+                                             BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE)
         b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
                                              TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
                                              NANB, MODE)
@@ -503,7 +503,8 @@ def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, x
     maxnreg = consts.pop("maxnreg", maxnreg)
     fn = _rowcol_kernel
     types = dict(X="*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32",
-                 TS_OUT="*fp32", SIGNS_C="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64", offset_c="i64")
+                 TS_OUT="*fp32", SIGNS_C="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64",
+                 offset_c="i64")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
     sig.update({k: "constexpr" for k in consts})
     aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "XHAT_C", "R", "C")
