@@ -1086,30 +1086,34 @@ fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors
             "{outs}"
         );
     }
+    // revision 14's own calls: its factor at 14, the strip price at 13
     let sr16 = r#""sr": true, "sr16": true"#;
-    for outs in [
-        format!(
-            r#"{{"format": "ue5m3", "decoded": true, {sr16}}}, {{"format": "ue5m3", "decoded": true, {sr16}}}"#
+    for (outs, factor) in [
+        (
+            format!(
+                r#"{{"format": "ue5m3", "decoded": true, {sr16}}}, {{"format": "ue5m3", "decoded": true, {sr16}}}"#
+            ),
+            0.75,
         ),
-        format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", {sr16}}}"#),
+        (
+            format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", {sr16}}}"#),
+            0.75,
+        ),
+        (
+            format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", "rht": 16, {sr16}}}"#),
+            0.625,
+        ),
+        (
+            r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#.to_string(),
+            0.625,
+        ),
+        (
+            r#"{"format": "ue5m3"}, {"format": "ue5m3", "rht": 16}"#.to_string(),
+            0.625,
+        ),
     ] {
         assert!(
-            close(emulated_quant_price(&hw, &outs, ""), scaled(&outs, 0.75)),
-            "{outs}"
-        );
-        assert_eq!(
-            emulated_quant_price(&hw, &outs, rev13),
-            emulated_quant_price(&hw, &outs, rev12),
-            "{outs}"
-        );
-    }
-    for outs in [
-        format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", "rht": 16, {sr16}}}"#),
-        r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#.to_string(),
-        r#"{"format": "ue5m3"}, {"format": "ue5m3", "rht": 16}"#.to_string(),
-    ] {
-        assert!(
-            close(emulated_quant_price(&hw, &outs, ""), scaled(&outs, 0.625)),
+            close(emulated_quant_price(&hw, &outs, ""), scaled(&outs, factor)),
             "{outs}"
         );
         assert_eq!(
