@@ -952,18 +952,23 @@ def _rowcol_gluon():
     return rowcol_gluon
 
 
-def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rht: tuple, codes_on: tuple,
-                     xhat_on: tuple, unscaled: bool = False, xhat_dtype=None) -> bool:
-    """rowcol_gluon serves this call: in its scope (rowcol_gluon.applies: RTNE, or "sr16"
-    with blocks of 16; rht the (row, column) RHT sizes), on an sm_90 GPU (gemm's device
-    check), with Gluon importable."""
+def _rowcol_gluon_for(x: torch.Tensor):
+    """The rowcol_gluon module where its kernels can run on x: an sm_90 GPU (gemm's device
+    check), not the interpreter, Gluon importable; else None."""
     if interpreting() or not x.is_cuda:
-        return False
+        return None
     from fourcast.kernels.gemm import _capability
 
     if _capability(x.device.index if x.device.index is not None else torch.cuda.current_device())[0] != 9:
-        return False
-    rg = _rowcol_gluon()
+        return None
+    return _rowcol_gluon()
+
+
+def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rht: tuple, codes_on: tuple,
+                     xhat_on: tuple, unscaled: bool = False, xhat_dtype=None) -> bool:
+    """rowcol_gluon serves this call: in its scope (rowcol_gluon.applies: RTNE, or "sr16"
+    with blocks of 16; rht the (row, column) RHT sizes) where its kernels run (_rowcol_gluon_for)."""
+    rg = _rowcol_gluon_for(x)
     return rg is not None and rg.applies(x, spec, rounding_r, rounding_c, rht, codes_on, xhat_on, unscaled,
                                          xhat_dtype, _gluon_config())
 
@@ -976,13 +981,7 @@ def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
     run 19)."""
     if CONFIG_OVERRIDE.get("rowcol") == "strip" or CONFIG_OVERRIDE.get("amax") == "strip":
         return False
-    if interpreting() or not x.is_cuda:
-        return False
-    from fourcast.kernels.gemm import _capability
-
-    if _capability(x.device.index if x.device.index is not None else torch.cuda.current_device())[0] != 9:
-        return False
-    rg = _rowcol_gluon()
+    rg = _rowcol_gluon_for(x)
     return rg is not None and rg.amax_applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"))
 
 

@@ -90,6 +90,28 @@ class Config(NamedTuple):
 CONFIG = Config(64, 128, 8, 1)
 
 
+@gluon.constexpr_function
+def _row_layout(W, WB, NW, one_lane):
+    """A tile's words [row pair, row block, word in block] (W words a row, blocks of WB
+    words) on NW warps: a whole block a thread (one_lane), else 4 words of one row a thread
+    (16-byte loads), a block on WB / 4 lanes."""
+    if one_lane:
+        return gl.BlockedLayout([1, 1, WB], [32 // (W // WB), W // WB, 1], [NW, 1, 1], [2, 1, 0])
+    tb = WB // 4
+    return gl.BlockedLayout([1, 1, 4], [2, 16 // tb, tb], [NW, 1, 1], [2, 1, 0])
+
+
+@gluon.constexpr_function
+def _col_layout(H, W, WB, NW, one_lane):
+    """The same words [column block, row pair in block, word column]: a whole column block (WB
+    row pairs of one word column) a thread (one_lane), else 4 row pairs of a word column a
+    thread, a block on WB / 4 lanes."""
+    if one_lane:
+        return gl.BlockedLayout([1, WB, 1], [H // WB, 1, 32 // (H // WB)], [1, 1, NW], [1, 0, 2])
+    tb = WB // 4
+    return gl.BlockedLayout([1, 4, 1], [8 // tb, tb, 4], [1, 1, NW], [1, 0, 2])
+
+
 @gluon.jit
 def _halves(v):
     """The two bf16 of 32-bit words as f32 (exact: a bf16 is the top half of its f32),
@@ -241,13 +263,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = B // 2
-    if ONE_LANE:  # a whole block a thread: 8 words of one row; 8 row pairs of one word column
-        LR: gl.constexpr = gl.BlockedLayout([1, 1, WB], [32 // (W // WB), W // WB, 1], [NW, 1, 1], [2, 1, 0])
-        LC: gl.constexpr = gl.BlockedLayout([1, WB, 1], [H // WB, 1, 32 // (H // WB)], [1, 1, NW], [1, 0, 2])
-    else:  # TB lanes a block: 4 words of one row (16-byte loads); 4 row pairs of a word column
-        TB: gl.constexpr = WB // 4
-        LR: gl.constexpr = gl.BlockedLayout([1, 1, 4], [2, 16 // TB, TB], [NW, 1, 1], [2, 1, 0])
-        LC: gl.constexpr = gl.BlockedLayout([1, 4, 1], [8 // TB, TB, 4], [1, 1, NW], [1, 0, 2])
+    LR: gl.constexpr = _row_layout(W, WB, NW, ONE_LANE)
+    LC: gl.constexpr = _col_layout(H, W, WB, NW, ONE_LANE)
     pid_r = gl.program_id(0)
     pid_c = gl.program_id(1)
     if SEED_PTR:
@@ -357,8 +374,8 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = 8
-    LR: gl.constexpr = gl.BlockedLayout([1, 1, WB], [32 // (W // WB), W // WB, 1], [NW, 1, 1], [2, 1, 0])
-    LC: gl.constexpr = gl.BlockedLayout([1, WB, 1], [H // WB, 1, 32 // (H // WB)], [1, 1, NW], [1, 0, 2])
+    LR: gl.constexpr = _row_layout(W, WB, NW, True)
+    LC: gl.constexpr = _col_layout(H, W, WB, NW, True)
     pid_r = gl.program_id(0)
     pid_c = gl.program_id(1)
     i = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None, None]
