@@ -391,10 +391,15 @@ def rowcol_gluon():
                                               outputs=("decoded", "decoded"))),
                  ("row+col nvfp4, col RHT16+SR16 (TE dY, codes)", nv, "sr16", packed, 2, False, 16,
                   lambda: qk.quantize_rowcol(x, nv, nv, "sr16", "sr16", 0, 0, None, (16, s16), amax, amax)),
+                 ("dY nvfp4: decoded row + col, col RHT16+SR16 (TE dY)", nv, "sr16", dy_call, 2, True, 16,
+                  lambda: ops.rowcol_operands(x, nv, rounding="sr16", seed=1, rht_col=(16, s16), tensor_amax=amax,
+                                              tensor_amax_col=amax, outputs=("decoded", "decoded"))),
                  ("X nvfp4: decoded row + packed col RHT16", nv, "rtne", x_call, (1, 1), None, 16,
                   lambda: ops.rowcol_operands(x, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))))
         for name, f, rounding, (codes_on, xhat_on), copies, xhat, rn_c, fn in calls:
+            if ARGS.variants and not name.startswith(tuple(ARGS.variants.split(","))):
+                continue
             want = _route("strip", fn)
             times = {}
             for sample in range(ARGS.repeat):
@@ -1511,7 +1516,8 @@ def main():
     ap.add_argument("--rowcol-pin", action="store_true", help="qlinear_graphed: also time each recipe with "
                     "quantize_rowcol pinned to the strip kernel (the Gluon route's effect)")
     ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "
-                    "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096")
+                    "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096; "
+                    "rowcol_gluon: the calls whose names start so")
     ARGS = ap.parse_args()
     torch.manual_seed(0)
     steps = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors, rowcol_gluon, amax_pass, strip_sweep,

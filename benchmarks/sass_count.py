@@ -108,15 +108,16 @@ def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unsc
 
 
 def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = "rtne", rn_c: int = 0) -> dict:
-    """rowcol_gluon's kernel at its default tile: both copies packed, the X call's decoded
+    """rowcol_gluon's kernel at its default tile for the call (config_for): both copies packed, the X call's decoded
     row (unscaled) + packed column, or the dY call (both decoded, "sr16"); rn_c: a column
     RHT. Its loop over ITERS row tiles is unrolled, so the count covers all of a program's
     tiles."""
     from fourcast.kernels import rowcol_gluon as rg
 
     spec = parse_fmt(_fmt(fmt))
-    bm, bk, warps, iters = rg.CONFIG[:4]
-    k = rg.compile_sm90(qk._constexprs(spec, rounding), rg.CONFIG, fuse=False, xhat_r=xhat_r, xhat_c=xhat_c,
+    cfg = rg.config_for(1 << 16, rounding, rn_c)
+    bm, bk, warps, iters = cfg[:4]
+    k = rg.compile_sm90(qk._constexprs(spec, rounding), cfg, fuse=False, xhat_r=xhat_r, xhat_c=xhat_c,
                         mode=qk.ROUND_ID[rounding], rn_c=rn_c)
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -159,6 +160,8 @@ def main() -> None:
         rows.append(gluon("e2m1/e4m3/16/te", rounding="sr16", rn_c=16))
         rows.append(strip("e2m1/e4m3/16/te", "rtne", codes=(False, True), xhat=(True, False), unscaled=True, rn_c=16))
         rows.append(gluon("e2m1/e4m3/16/te", xhat_r=True, rn_c=16))
+        rows.append(strip("e2m1/e4m3/16/te", "sr16", codes=(False, False), xhat=(True, True), unscaled=True, rn_c=16))
+        rows.append(gluon("e2m1/e4m3/16/te", xhat_r=True, xhat_c=True, rounding="sr16", rn_c=16))
     if args.json:
         print(json.dumps(rows, indent=1))
         return

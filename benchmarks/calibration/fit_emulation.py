@@ -94,7 +94,7 @@ def run_dir(recipe: str) -> pathlib.Path:
 
 
 STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
-QUANT_REV = 15  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
+QUANT_REV = 16  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
 
 
 def quant_kernel(rev: int | None) -> tuple[int, bool]:
@@ -342,19 +342,19 @@ CALL_TERMS = QUANT_TERMS + SAVINGS
 
 def on_gluon(q: dict, rev: int | None) -> bool:
     """Whether ops.rs prices this call as run on kernels/rowcol_gluon.py (revision 13 on: an
-    RTNE row+col call without an RHT on 4-bit formats with 1-D blocks of 16 or 32, no
+    RTNE row+col call of a bf16 input without an RHT on 4-bit formats with 1-D blocks of 16 or 32, no
     fake-quant container; from revision 14 also such a call with "sr16" on both copies and
-    blocks of 16, or with an RHT of 16 on a packed column copy alone, blocks of 16;
-    emulated_quant_s `on_gluon`)."""
+    blocks of 16, or with an RHT of 16 on a packed column copy alone, blocks of 16; from 16
+    on a decoded column copy too; emulated_quant_s `on_gluon`)."""
     rev = QUANT_REV if rev is None else rev
     outs = q.get("outputs", [])
-    if len(outs) != 2:
+    if len(outs) != 2 or q.get("src_bytes", 2) != 2:  # rowcol_gluon reads bf16 only
         return False
     blocks16 = all(o["format"].get("block") == 16 for o in outs)
     rtne = not any(o.get("sr") for o in outs)
     sr16 = rev >= 14 and blocks16 and all(o.get("sr") and o.get("sr16") for o in outs)
     rht = [o.get("rht", 0) for o in outs]
-    col_rht16 = rev >= 14 and blocks16 and rht == [0, 16] and not outs[1].get("decoded")
+    col_rht16 = rev >= 14 and blocks16 and rht == [0, 16] and (rev >= 16 or not outs[1].get("decoded"))
     return (rev >= 13 and (rtne or sr16) and (rht == [0, 0] or col_rht16)
             and all(o["format"]["element"] in FOUR_BIT and not o["format"].get("tile_2d")
                     and o["format"].get("block") in (16, 32) and not o.get("container") for o in outs))
@@ -362,9 +362,10 @@ def on_gluon(q: dict, rev: int | None) -> bool:
 
 def on_gluon_amax(q: dict, rev: int | None) -> bool:
     """Whether ops.rs prices this call's amax pass as rowcol_gluon.py's (revision 15 on: a
-    row+col call that measures its tensor amax, no row RHT, a column RHT of 16 or none)."""
+    row+col call of a bf16 input that measures its tensor amax, no row RHT, a column RHT of 16
+    or none)."""
     outs = q.get("outputs", [])
-    return ((QUANT_REV if rev is None else rev) >= 15 and len(outs) == 2
+    return ((QUANT_REV if rev is None else rev) >= 15 and len(outs) == 2 and q.get("src_bytes", 2) == 2
             and measures_amax(q) and not outs[0].get("rht") and outs[1].get("rht", 0) in (0, 16))
 
 
@@ -383,6 +384,10 @@ def gluon_scaling(q: dict, rev: int | None, emulation: dict) -> tuple[float, flo
     if on_gluon(q, rev):
         if rev < 14:
             f = factor("triton_quant_gluon_time_factor")
+        elif any(o.get("rht") for o in outs) and rev >= 16 and not any(o.get("sr") for o in outs):
+            f = factor("triton_quant_gluon_rht_rtne_time_factor")  # two row tiles a program
+        elif any(o.get("rht") for o in outs) and rev >= 16 and outs[1].get("decoded"):
+            f = factor("triton_quant_gluon_rht_decoded_time_factor")
         elif any(o.get("rht") for o in outs):
             f = factor("triton_quant_gluon_rht_time_factor")
         elif any(o.get("sr") for o in outs):

@@ -258,6 +258,36 @@ def test_rowcol_gluon_x_call_column_rht16(name):
     assert testing.packed_diff(col, ref.quantize(x, f, axis=0, rht=(16, signs), tensor_amax=amax)) == []
 
 
+@pytest.mark.parametrize("name", ["nvfp4", "ufp4"])
+@pytest.mark.parametrize("kind", ["heavy", "huge", "tiny"])
+def test_rowcol_gluon_te_dy_call_decoded_rotated_column(name, kind):
+    """TE's dY call (ops.rowcol_operands: both copies decoded, "sr16", a column RHT of 16, the
+    seed as a device int64 and as an int, an offset past 2^32) on the Gluon kernel: the row
+    x_hat and the rotated column x_hat (in x's orientation) are the reference's unscaled x_hat
+    bit for bit, with exponents far apart (huge, tiny) and an infinity in a block."""
+    _hopper()
+    from fourcast.kernels import ops
+
+    f = F[name]
+    x = testing.make_input(kind, (256, 640), torch.bfloat16, DEV, seed=41, fmt=f)
+    x[200, 3] = float("inf")
+    amax = x[x.isfinite()].abs().amax().float()
+    signs = ref.rht_signs(16, "te").to(DEV)
+    plan = qk._rowcol_plan(x, qk.parse_fmt(f), "sr16", "sr16", 0, 16, (False, False), (True, True), True, False,
+                           False, torch.bfloat16)
+    assert plan["route"] == "gluon"
+    off = 2**32 + 32
+    want_r = testing.dequantize_unscaled(ref.quantize(x, f, rounding="sr16", seed=9, offset=off, tensor_amax=amax),
+                                         x.dtype)
+    want_c = testing.dequantize_unscaled(ref.quantize(x, f, axis=0, rounding="sr16", seed=9, offset=off + x.numel(),
+                                                      rht=(16, signs), tensor_amax=amax), x.dtype)
+    for seed in (9, torch.tensor([9], dtype=torch.int64, device=DEV)):
+        row, col = ops.rowcol_operands(x, f, rounding="sr16", seed=seed, offset=off, rht_col=(16, signs),
+                                       tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "decoded"))
+        assert torch.equal(testing.bits(row.values), testing.bits(want_r))
+        assert torch.equal(testing.bits(col.values), testing.bits(want_c))
+
+
 @pytest.mark.parametrize("rn_c", [0, 16])
 @pytest.mark.parametrize("kind", ["heavy", "huge", "tiny", "zeros"])
 @pytest.mark.parametrize("amax_cfg", [None, (64, 128, 4, 8), (64, 128, 8, 2)])
@@ -322,20 +352,22 @@ def test_rowcol_gluon_tiles_equal_reference(name, rounding, tile, monkeypatch):
 
 def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
     """What rowcol_gluon does not cover goes to the strip kernel: "sr" and "sr4", "sr16" on
-    blocks of 32, a row RHT (or a column one on a decoded copy), a scaled x_hat or a copy written both ways, 16 x 16 tiles, shapes off
+    blocks of 32, a row RHT (or a column one other than 16), a scaled x_hat or a copy written both ways, 16 x 16
+    tiles, shapes off
     its tile, f32 input; CONFIG_OVERRIDE pins either kernel."""
     _hopper()
     nv = qk.parse_fmt(F["nvfp4"])
     x = torch.zeros(512, 768, dtype=torch.bfloat16, device=DEV)
 
-    def route(x=x, spec=nv, rounding="rtne", rn=0, codes=(True, True), xhat=(False, False), rnc=0):
-        return qk._rowcol_plan(x, spec, rounding, rounding, rn, rnc, codes, xhat, False, True, False)["route"]
+    def route(x=x, spec=nv, rounding="rtne", rn=0, codes=(True, True), xhat=(False, False), rnc=0, unscaled=False):
+        return qk._rowcol_plan(x, spec, rounding, rounding, rn, rnc, codes, xhat, unscaled, True, False)["route"]
 
     assert route() == "gluon"
     assert route(codes=(False, True), xhat=(True, False)) == "strip"  # a scaled x_hat
     assert route(rounding="sr") == route(rounding="sr4") == route(rn=16) == route(xhat=(True, False)) == "strip"
     assert route(rnc=16) == route(rnc=16, rounding="sr16") == "gluon"  # a column RHT of 16
-    assert route(rnc=16, codes=(True, False), xhat=(False, True)) == "strip"  # ... on a decoded column copy
+    assert route(rnc=16, codes=(True, False), xhat=(False, True), unscaled=True) == "gluon"  # a decoded column too
+    assert route(rnc=16, rn=16) == route(rnc=32) == "strip"  # a row RHT, a column RHT of 32
     assert route(rounding="sr16") == "gluon" and route(spec=qk.parse_fmt(F["mxfp4"]), rounding="sr16") == "strip"
     assert route(spec=qk.parse_fmt(F["nvfp4-2d"])) == route(spec=qk.parse_fmt(F["mxfp8"])) == "strip"
     assert route(x=x[:, :704]) == route(x=x[:480]) == route(x=x.float()) == "strip"

@@ -116,9 +116,10 @@ def test_the_pin_fit_from_session_16_is_no_worse_and_gives_the_file(F, calls):
 
 def test_on_gluon_mirrors_the_rust_price(F):
     """fit_emulation.on_gluon says which calls ops.rs prices as run on rowcol_gluon
-    (revision 13 on; from 14 its "sr16" calls and column RHTs of 16 too): exactly those whose
-    price at 13 or 14 differs from their price at 12; call_features, the strip features
-    scaled by the file's Gluon factors, give ops.rs's price for every one."""
+    (revision 13 on; from 14 its "sr16" calls and column RHTs of 16 too, from 16 on a decoded
+    column copy too): exactly those whose price at 13, 14 or 16 differs from their price at
+    12; call_features, the strip features scaled by the file's Gluon factors, give ops.rs's
+    price for every one."""
     hw = fchw.load("h200")
 
     def fmt(element, scale, block, rule, tile_2d=False):
@@ -142,6 +143,8 @@ def test_on_gluon_mirrors_the_rust_price(F):
         [{"format": ue, "decoded": True}, {"format": ue, "rht": 16}],
         [{"format": nv, "rht": 16}, {"format": nv}],
         [{"format": nv}, {"format": nv, "rht": 16, "decoded": True}],
+        [{"format": nv, "decoded": True, "sr": True, "sr16": True},
+         {"format": nv, "rht": 16, "decoded": True, "sr": True, "sr16": True}],
         [{"format": mx}, {"format": mx, "rht": 32}],
         [{"format": nv}],
         [{"format": mx8}, {"format": mx8}],
@@ -151,17 +154,19 @@ def test_on_gluon_mirrors_the_rust_price(F):
     seen = set()
     for outs in cases:
         q = {"op": "quantize", "numel": 75497472, "impl": "fourcast-triton", "refresh": 10, "outputs": outs}
-        old, *new = (r.detail["emulation_s"] for r in fchw.op_times(hw, [{**q, "quant_rev": rev} for rev in (12, 13, 14)]))
-        for rev, price in zip((13, 14), new):
+        revs = (13, 14, 16)
+        old, *new = (r.detail["emulation_s"] for r in fchw.op_times(hw, [{**q, "quant_rev": rev} for rev in (12, *revs)]))
+        for rev, price in zip(revs, new):
             assert F.on_gluon(q, rev) == (price != old), (rev, outs)
             seen.add((rev, F.on_gluon(q, rev)))
             if F.on_gluon(q, rev):  # the strip features scaled by the Gluon factor: ops.rs's price
                 assert F.call_features(q, rev) @ F.term_values(hw) == pytest.approx(price, rel=1e-9), (rev, outs)
         assert not F.on_gluon(q, 12)
-        assert F.on_gluon(q, None) == F.on_gluon(q, 14)
-    assert seen == {(13, True), (13, False), (14, True), (14, False)}
-    sr16 = cases[3]
+        assert F.on_gluon(q, None) == F.on_gluon(q, 16)
+    assert seen == {(rev, on) for rev in revs for on in (True, False)}
+    sr16, te_dy = cases[3], cases[13]
     assert F.on_gluon({"outputs": sr16}, 14) and not F.on_gluon({"outputs": sr16}, 13)
+    assert F.on_gluon({"outputs": te_dy}, 16) and not F.on_gluon({"outputs": te_dy}, 15)
 
 
 def test_call_rows_of_a_gluon_run_price_as_rust_does(F):

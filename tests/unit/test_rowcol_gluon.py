@@ -135,6 +135,26 @@ def test_sr16_dy_call_compiles_without_spills():
     assert k["st_v4"] == 2 * iters * bm * bk // (32 * warps) // 8
 
 
+def test_config_for_takes_two_row_tiles_only_where_measured_faster():
+    """RTNE calls with a column RHT (TE's X call) take two row tiles a program where the rows
+    fill them; every other call, and shapes they do not fit, the one-tile CONFIG."""
+    two = rg.RHT_RTNE_CONFIG
+    assert two.iters == 2 and two[:3] == rg.CONFIG[:3] and rg.CONFIG.iters == 1
+    assert rg.config_for(32768, "rtne", 16) == two
+    assert rg.config_for(32768 - 64, "rtne", 16) == rg.CONFIG  # one row tile left over
+    assert rg.config_for(32768, "sr16", 16) == rg.config_for(32768, "rtne", 0) == rg.CONFIG
+
+
+def test_te_dy_call_compiles_without_spills():
+    """TE's dY call (both copies decoded, "sr16", a column RHT of 16, the seed in device
+    memory): the f64 butterflies and the second layout conversion fit without spills, both
+    x_hat copies 16 bytes a store."""
+    bm, bk, warps, iters = rg.CONFIG[:4]
+    k = _compiled("nvfp4", rg.CONFIG, xhat=True, xhat_c=True, mode=4, seed_ptr=True, rn_c=16)
+    assert k["local"] == 0 and k["shfl"] == 0
+    assert k["st_v4"] == 2 * iters * bm * bk // (32 * warps) // 8
+
+
 def test_decoded_row_goes_out_16_bytes_a_store():
     """The X call's row copy as x_hat: a thread's 8 elements of a row as one 16-byte store."""
     bm, bk, warps, iters = rg.CONFIG[:4]
@@ -153,10 +173,10 @@ def test_applies_to_its_scope_only():
     assert _applies(x) and _applies(x, "mxfp4") and _applies(x, "ufp4-int4") and _applies(x, "int4-ue5m3")
     assert not _applies(x, "nvfp4-2d") and not _applies(x, "mxfp8") and not _applies(x, "fp8")
     assert not _applies(x, rounding="sr") and not _applies(x, rounding="sr4")
-    # a column RHT of 16: blocks of 16 in one lane, the column copy packed; no row RHT
+    # a column RHT of 16: blocks of 16 in one lane, either copy packed or decoded; no row RHT
     assert _applies(x, rht=(0, 16)) and _applies(x, rht=(0, 16), rounding="sr16")
     assert _applies(x, rht=(0, 16), codes=(False, True), xhat=(True, False))  # the X call
-    assert not _applies(x, rht=(0, 16), codes=(True, False), xhat=(False, True))  # a decoded column
+    assert _applies(x, rht=(0, 16), codes=(False, False), xhat=(True, True), rounding="sr16")  # TE's dY call
     assert not _applies(x, rht=(16, 0)) and not _applies(x, rht=(0, 32)) and not _applies(x, "mxfp4", rht=(0, 32))
     assert not _applies(x, rht=(0, 16), config=(64, 128, 8, 2, None, False))
     assert _applies(x, rounding="sr16") and not _applies(x, "mxfp4", rounding="sr16")  # "sr16": a block is a group
@@ -180,6 +200,7 @@ def test_applies_to_its_scope_only():
     ("ue5m3", "sr16", (False, False), (True, True), 0.5, "tensor", 0),  # the dY call, seed in memory
     ("nvfp4", "sr16", (True, True), (False, False), None, 0, 16),  # TE's dY call: a column RHT of 16
     ("e1m2-mx16", "rtne", (True, True), (False, False), None, 0, 16),  # single-level, rotated column: two amaxes
+    ("nvfp4", "sr16", (False, False), (True, True), 0.5, "tensor", 16),  # TE's dY call: both decoded
 ])
 def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name, rounding, codes, xhat, amax, seed,
                                                               rn_c):
@@ -198,7 +219,7 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, None, rht_c, amax, amax, write_codes=codes,
                          write_xhat=xhat, unscaled=True)
     fn, grid, args, consts = calls[-1]
-    assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384)
+    assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384, rg.config_for(256, rounding, rn_c))
     names = [p.name for p in fn.params]
     runtime = [p.name for p in fn.params if not p.is_constexpr]
     assert len(args) == len(runtime)

@@ -21,7 +21,10 @@ from fourcast.kernels.utils import Packed
 # with a block of 16 in one lane, taking the "sr16" calls with blocks of 16 and the calls with
 # a column RHT of 16 too (0.66x, 0.94x and 0.62x, session 18: the model's
 # triton_quant_gluon_one_lane_time_factor, _sr16_time_factor, _rht_time_factor), 15 the
-# row+col calls' amax pass on rowcol_gluon where it applies (triton_quant_gluon_amax_*).
-QUANT_REV = 15
+# row+col calls' amax pass on rowcol_gluon where it applies (triton_quant_gluon_amax_*), 16
+# TE's calls: the dY call's decoded rotated column copy on rowcol_gluon too (0.79x), the X
+# call at two row tiles a program (0.56x, session 19: triton_quant_gluon_rht_decoded_ and
+# _rht_rtne_time_factor).
+QUANT_REV = 16
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

@@ -970,7 +970,7 @@ def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: s
     with blocks of 16; rht the (row, column) RHT sizes) where its kernels run (_rowcol_gluon_for)."""
     rg = _rowcol_gluon_for(x)
     return rg is not None and rg.applies(x, spec, rounding_r, rounding_c, rht, codes_on, xhat_on, unscaled,
-                                         xhat_dtype, _gluon_config())
+                                         xhat_dtype, _gluon_config(x.shape[0], rounding_r, rht[1]))
 
 
 def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
@@ -985,10 +985,10 @@ def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
     return rg is not None and rg.amax_applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"))
 
 
-def _gluon_config() -> tuple:
-    """rowcol_gluon's (BM, BK, warps, row tiles a program[, maxnreg]): its CONFIG, or
-    CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
-    return CONFIG_OVERRIDE.get("rowcol_gluon") or _rowcol_gluon().CONFIG
+def _gluon_config(R: int, rounding: str, rn_c: int) -> tuple:
+    """rowcol_gluon's (BM, BK, warps, row tiles a program[, maxnreg]) for a call of R rows:
+    its config_for, or CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
+    return CONFIG_OVERRIDE.get("rowcol_gluon") or _rowcol_gluon().config_for(R, rounding, rn_c)
 
 
 _ROWCOL_PLANS: dict[tuple, dict] = {}
@@ -1041,7 +1041,7 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     consts = dict(common, FUSE_AMAX=fuse, **flags)
     grid = (_cdiv(R, br * iters), _cdiv(C, bc))
     if route == "gluon":
-        rg, cfg = _rowcol_gluon(), _gluon_config()
+        rg, cfg = _rowcol_gluon(), _gluon_config(R, rounding_r, rnc)
         consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0],
                       XHAT_C_ON=xhat_on[1], MODE=ROUND_ID[rounding_r], SEED_PTR=False, RN_C=rnc,
                       NORM_C=rht_norm(rnc))

@@ -32,7 +32,8 @@ the strip kernel's time.
 The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, written to
 serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
 reference.quantize bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D
-blocks of 16 or 32, no RHT but a column RHT of 16 on a packed column copy (one lane a block),
+blocks of 16 or 32, no RHT but a column RHT of 16 (one lane a block; the column copy packed
+or decoded),
 bf16 input, R a multiple of BM x ITERS and C of BK; each copy
 packed or decoded (unscaled x_hat in x's orientation, two values a paired cvt: the column
 copy's goes back to the row layout through a second conversion); round-to-nearest-even, or
@@ -88,6 +89,18 @@ class Config(NamedTuple):
 # dY call 0.93x against 0.95x the strip kernel, TE's dY call with a column RHT 0.63x against
 # 0.75x): 98 registers against 161 there, two programs an SM.
 CONFIG = Config(64, 128, 8, 1)
+# TE's X call (RTNE, a column RHT of 16) runs faster at two row tiles a program: 0.55-0.56x
+# the strip kernel's time against 0.60-0.61x at one (session 18, call 5).
+RHT_RTNE_CONFIG = Config(64, 128, 8, 2)
+
+
+def config_for(R: int, rounding: str, rn_c: int) -> Config:
+    """The default tile of a call with R rows: RHT_RTNE_CONFIG for RTNE with a column RHT
+    where R fills its two row tiles, else CONFIG."""
+    tile = RHT_RTNE_CONFIG
+    if rounding == "rtne" and rn_c and R % (tile.bm * tile.iters) == 0:
+        return tile
+    return CONFIG
 
 
 @gluon.constexpr_function
@@ -450,15 +463,15 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
             unscaled: bool, xhat_dtype, config: tuple = CONFIG) -> bool:
     """Whether _rowcol_kernel serves this row+col call (the module doc's scope): each copy
     packed or decoded (unscaled, 16-bit), RTNE, or "sr16" on both with blocks of 16; rht:
-    the (row, column) RHT sizes (0: none), a column RHT of 16 only on a packed column copy
-    with blocks of 16 in one lane."""
+    the (row, column) RHT sizes (0: none), a column RHT of 16 only with blocks of 16 in one
+    lane (the column copy packed, or decoded: TE's dY call)."""
     config = Config(*config)
     R, C = x.shape
     rn_r, rn_c = rht
     one_each = all(c != h for c, h in zip(codes_on, xhat_on))
     decoded_ok = not any(xhat_on) or (unscaled and xhat_dtype in (torch.bfloat16, torch.float16))
     rounding_ok = rounding_r == rounding_c and (rounding_r == "rtne" or rounding_r == "sr16" and spec.block == 16)
-    rht_ok = rn_r == 0 and (rn_c == 0 or rn_c == 16 and codes_on[1] and one_lane_fits(spec.block, config))
+    rht_ok = rn_r == 0 and (rn_c == 0 or rn_c == 16 and one_lane_fits(spec.block, config))
     return (x.dtype == torch.bfloat16 and spec.packed and spec.block in (16, 32) and not spec.tile_2d
             and not spec.per_tensor and rounding_ok and rht_ok and one_each and decoded_ok
             and R % (config.bm * config.iters) == 0 and C % config.bk == 0)

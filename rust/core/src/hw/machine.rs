@@ -116,7 +116,9 @@ pub struct Eff {
 /// gluon_time_factor * (that price - call_s - amax pass)` (the amax pass, `amax *
 /// amax_s_per_elem`, is the strip kernel's on either route); from revision 14 at
 /// `gluon_one_lane_time_factor`, its "sr16" calls with blocks of 16 at
-/// `gluon_sr16_time_factor` and its calls with a column RHT of 16 at `gluon_rht_time_factor`.
+/// `gluon_sr16_time_factor` and its calls with a column RHT of 16 at `gluon_rht_time_factor`
+/// (from revision 16 the RTNE ones at `gluon_rht_rtne_time_factor`, the "sr16" ones with a
+/// decoded column copy at `gluon_rht_decoded_time_factor`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct EmulCost {
     pub call_s: f64,
@@ -149,6 +151,10 @@ pub struct EmulCost {
     /// As `gluon_time_factor`, for the row+col calls with a column RHT of 16 (blocks of 16, the
     /// column copy packed) that revision 14 on runs on the Gluon kernel.
     pub gluon_rht_time_factor: f64,
+    /// As `gluon_rht_time_factor`, for the RTNE ones from revision 16 (two row tiles a program).
+    pub gluon_rht_rtne_time_factor: f64,
+    /// As `gluon_rht_time_factor`, for the "sr16" ones whose column copy is decoded (revision 16 on).
+    pub gluon_rht_decoded_time_factor: f64,
     /// A row+col call's amax pass on rowcol_gluon.py's kernel (revision 15 on; no RHT) costs
     /// this fraction of strip.py's (`amax_s_per_elem` per input element).
     pub gluon_amax_time_factor: f64,
@@ -314,6 +320,12 @@ impl Hw {
                 ),
                 gluon_sr16_time_factor: optional_factor(&e.triton_quant_gluon_sr16_time_factor),
                 gluon_rht_time_factor: optional_factor(&e.triton_quant_gluon_rht_time_factor),
+                gluon_rht_rtne_time_factor: optional_factor(
+                    &e.triton_quant_gluon_rht_rtne_time_factor,
+                ),
+                gluon_rht_decoded_time_factor: optional_factor(
+                    &e.triton_quant_gluon_rht_decoded_time_factor,
+                ),
                 gluon_amax_time_factor: optional_factor(&e.triton_quant_gluon_amax_time_factor),
                 gluon_amax_rht_time_factor: optional_factor(
                     &e.triton_quant_gluon_amax_rht_time_factor,

@@ -192,7 +192,7 @@ const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
 /// absent.
-pub const QUANT_REV: u32 = 15;
+pub const QUANT_REV: u32 = 16;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
@@ -220,6 +220,11 @@ struct QuantKernel {
     /// where it applies (no row RHT, a column RHT of 16 or none): `gluon_amax_time_factor`
     /// (`gluon_amax_rht_time_factor` with the RHT) of strip.py's pass's price.
     gluon_amax: bool,
+    /// TE's calls (session 19 on, revision 16): rowcol_gluon.py takes a column RHT of 16 on a
+    /// decoded column copy too (TE's dY call, at `gluon_rht_decoded_time_factor`), and its
+    /// RTNE calls with the RHT (TE's X call) run two row tiles a program, at
+    /// `gluon_rht_rtne_time_factor`.
+    te_calls: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -237,6 +242,7 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
         gluon: rev >= 13,
         one_lane: rev >= 14,
         gluon_amax: rev >= 15,
+        te_calls: rev >= 16,
     })
 }
 
@@ -248,6 +254,9 @@ struct Written {
     col_packed: bool,
     /// No copy is written into a fake-quant container.
     no_container: bool,
+    /// The input is 16-bit (bf16): rowcol_gluon.py's kernels read nothing else, so an f32
+    /// input (a LayerNorm's output under autocast) keeps strip.py's kernels.
+    bf16_in: bool,
 }
 
 /// Seconds of one call of fourcast's Triton quantizer, when `implementation` asks for it.
@@ -322,21 +331,23 @@ fn emulated_quant_s(
                 0.0
             };
             // Revision 13 on (kernels/quantize.py rowcol_route): the Gluon kernel takes RTNE
-            // row+col calls without an RHT on 4-bit formats with 1-D blocks (decoded copies
-            // included, fake-quant containers not), priced as a measured fraction of the
+            // row+col calls without an RHT on 4-bit formats with 1-D blocks of a bf16 input
+            // (decoded copies included, fake-quant containers not), priced as a measured fraction of the
             // strip kernel's time on the same calls (kernels-h200.md, sessions 17 and 18).
             // From revision 14 also "sr16" calls (both copies) with blocks of 16, and calls
-            // whose packed column copy alone has an RHT of 16 (blocks of 16).
+            // whose packed column copy alone has an RHT of 16 (blocks of 16); from 16 a
+            // decoded column copy with it too.
             let blocks16 = outs.iter().all(|o| o.fmt.block == 16);
             let all_sr16 = stochastic16 == elems && kernel.one_lane && blocks16;
             let column_rht16 = kernel.one_lane
                 && blocks16
-                && written.col_packed
+                && (written.col_packed || kernel.te_calls)
                 && outs.len() == 2
                 && outs[0].rht == 0
                 && outs[1].rht == 16;
             let on_gluon = kernel.gluon
                 && written.no_container
+                && written.bf16_in
                 && outs.len() == 2
                 && (!sr_any || all_sr16)
                 && (rotated == 0.0 || column_rht16)
@@ -345,6 +356,10 @@ fn emulated_quant_s(
                 });
             let gluon_factor = match (kernel.one_lane, rotated > 0.0, sr_any) {
                 (false, _, _) => e.gluon_time_factor,
+                (true, true, false) if kernel.te_calls => e.gluon_rht_rtne_time_factor,
+                (true, true, true) if kernel.te_calls && !written.col_packed => {
+                    e.gluon_rht_decoded_time_factor
+                }
                 (true, true, _) => e.gluon_rht_time_factor,
                 (true, false, false) => e.gluon_one_lane_time_factor,
                 (true, false, true) => e.gluon_sr16_time_factor,
@@ -374,6 +389,7 @@ fn emulated_quant_s(
             // session 18), else strip.py's (the fitted amax term).
             let amax_pass_s = amax * e.amax_s_per_elem;
             let gluon_amax = kernel.gluon_amax
+                && written.bf16_in
                 && outs.len() == 2
                 && outs[0].rht == 0
                 && matches!(outs[1].rht, 0 | 16);
@@ -704,6 +720,7 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                     && !outputs[1].decoded
                     && outputs[1].container.is_none(),
                 no_container: outputs.iter().all(|o| o.container.is_none()),
+                bf16_in: *src_bytes == 2.0,
             };
             let emulated = emulated_quant_s(
                 hw,

@@ -230,6 +230,14 @@ pub struct Emulation {
     /// rowcol_gluon.py (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_rht_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_rht_time_factor`, for its RTNE calls from quantizer revision 16
+    /// (two row tiles a program: TE's X call) (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_rht_rtne_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_rht_time_factor`, for its "sr16" calls with a decoded column copy
+    /// (quantizer revision 16 on: TE's dY call) (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_rht_decoded_time_factor: Option<Num>,
     /// A row+col call's amax pass on rowcol_gluon.py's kernel (quantizer revision 15 on, no
     /// RHT) over strip.py's, applied to `triton_quant_amax_ns_per_elem` (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]

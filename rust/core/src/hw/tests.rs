@@ -575,7 +575,23 @@ fn emulated_quantizer_prices_each_stochastic_copy() {
 
 /// The H200 model with one field of its file changed.
 fn h200_with(path: &str, value: &str) -> Hw {
-    Hw::from_profile(&Profile::load("h200").unwrap().set(path, value).unwrap())
+    h200_with_all(&[(path, value)])
+}
+
+fn h200_with_all(terms: &[(&str, &str)]) -> Hw {
+    let profile = terms
+        .iter()
+        .fold(Profile::load("h200").unwrap(), |p, (path, value)| {
+            p.set(path, value).unwrap()
+        });
+    Hw::from_profile(&profile)
+}
+
+/// A call's Gluon price at `factor`: `call_s + factor * (its revision-12 strip price - call_s)`.
+fn gluon_scaled(hw: &Hw, outs: &str, factor: f64) -> f64 {
+    let call_s = hw.emulation.unwrap().call_s;
+    let strip = emulated_quant_price(hw, outs, r#", "quant_rev": 12"#);
+    call_s + factor * (strip - call_s)
 }
 
 /// What an emulation saving `term` at `value` takes off a 32768 x 2304 row+col quantize call
@@ -999,7 +1015,7 @@ fn emulated_gluon_route_scales_the_kernel_not_the_amax_pass() {
 
 #[test]
 fn emulated_gluon_amax_pass_is_priced_per_element_from_revision_15() {
-    // Revision 15 (session 18, the default): a row+col call that measures its tensor amax
+    // Revision 15 (session 18): a row+col call that measures its tensor amax
     // runs rowcol_gluon.py's amax pass where it applies (no row RHT; a column RHT of 16 or
     // none), at gluon_amax(_rht)_time_factor of the fitted amax term's price, on either
     // quantizer route. Revision 14 and a row RHT keep the fitted price.
@@ -1015,7 +1031,7 @@ fn emulated_gluon_amax_pass_is_priced_per_element_from_revision_15() {
         );
         op_time(&hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
     };
-    let rev14 = r#", "quant_rev": 14"#;
+    let (rev14, rev15) = (r#", "quant_rev": 14"#, r#", "quant_rev": 15"#);
     let sr16 = r#""sr": true, "sr16": true"#;
     for (outs, factor) in [
         // TE's X call (Gluon route) and dY call (decoded column: strip route)
@@ -1034,43 +1050,37 @@ fn emulated_gluon_amax_pass_is_priced_per_element_from_revision_15() {
             e.gluon_amax_time_factor,
         ),
     ] {
-        let saved = price(&outs, rev14) - price(&outs, "");
+        let saved = price(&outs, rev14) - price(&outs, rev15);
         assert!(
             (saved - n * e.amax_s_per_elem * (1.0 - factor)).abs() < 1e-12,
             "{outs}: {saved}"
         );
     }
     let row_rht = r#"{"format": "nvfp4", "rht": 16}, {"format": "nvfp4"}"#;
-    assert_eq!(price(row_rht, rev14), price(row_rht, ""));
+    assert_eq!(price(row_rht, rev14), price(row_rht, rev15));
 }
 
 #[test]
 fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors() {
-    // Quantizer revision 14 (session 18, the default): rowcol_gluon.py with a block of 16 in
+    // Quantizer revision 14 (session 18): rowcol_gluon.py with a block of 16 in
     // one lane; its RTNE calls cost `gluon_one_lane_time_factor` of the strip price beyond
     // call_s, and it takes the "sr16" calls with blocks of 16 (both copies), at
     // `gluon_sr16_time_factor`, and the calls whose packed column copy alone has an RHT of
     // 16, at `gluon_rht_time_factor`. "sr16" on blocks of 32, "sr" and "sr4", a row RHT, an
     // RHT on a decoded column copy or of 32, and one "sr16" copy beside an RTNE one keep the
     // strip price; revision 13 keeps its own factor.
-    let hw = Hw::from_profile(
-        &Profile::load("h200")
-            .unwrap()
-            .set("emulation.triton_quant_gluon_one_lane_time_factor", "0.25")
-            .unwrap()
-            .set("emulation.triton_quant_gluon_sr16_time_factor", "0.75")
-            .unwrap()
-            .set("emulation.triton_quant_gluon_time_factor", "0.5")
-            .unwrap()
-            .set("emulation.triton_quant_gluon_rht_time_factor", "0.625")
-            .unwrap(),
+    let hw = h200_with_all(&[
+        ("emulation.triton_quant_gluon_one_lane_time_factor", "0.25"),
+        ("emulation.triton_quant_gluon_sr16_time_factor", "0.75"),
+        ("emulation.triton_quant_gluon_time_factor", "0.5"),
+        ("emulation.triton_quant_gluon_rht_time_factor", "0.625"),
+    ]);
+    let (rev12, rev13, rev14) = (
+        r#", "quant_rev": 12"#,
+        r#", "quant_rev": 13"#,
+        r#", "quant_rev": 14"#,
     );
-    let e = hw.emulation.unwrap();
-    let (rev12, rev13) = (r#", "quant_rev": 12"#, r#", "quant_rev": 13"#);
-    let scaled = |outs: &str, factor: f64| {
-        let strip = emulated_quant_price(&hw, outs, rev12);
-        e.call_s + factor * (strip - e.call_s)
-    };
+    let scaled = |outs: &str, factor: f64| gluon_scaled(&hw, outs, factor);
     let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
     for outs in [
         r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#,
@@ -1078,7 +1088,7 @@ fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors
         r#"{"format": "mxfp4"}, {"format": "mxfp4"}"#,
     ] {
         assert!(
-            close(emulated_quant_price(&hw, outs, ""), scaled(outs, 0.25)),
+            close(emulated_quant_price(&hw, outs, rev14), scaled(outs, 0.25)),
             "{outs}"
         );
         assert!(
@@ -1113,7 +1123,10 @@ fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors
         ),
     ] {
         assert!(
-            close(emulated_quant_price(&hw, &outs, ""), scaled(&outs, factor)),
+            close(
+                emulated_quant_price(&hw, &outs, rev14),
+                scaled(&outs, factor)
+            ),
             "{outs}"
         );
         assert_eq!(
@@ -1131,8 +1144,72 @@ fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors
         format!(r#"{{"format": "nvfp4"}}, {{"format": "nvfp4", {sr16}}}"#),
     ] {
         assert_eq!(
-            emulated_quant_price(&hw, &outs, ""),
+            emulated_quant_price(&hw, &outs, rev14),
             emulated_quant_price(&hw, &outs, rev12),
+            "{outs}"
+        );
+    }
+}
+
+#[test]
+fn emulated_te_calls_price_by_their_own_factors_from_revision_16() {
+    // Quantizer revision 16 (session 19, the default): rowcol_gluon.py takes TE's dY call (a
+    // column RHT of 16 on a decoded column copy, "sr16") at `gluon_rht_decoded_time_factor`
+    // and runs the RTNE calls with a column RHT of 16 (TE's X call) at two row tiles a
+    // program, at `gluon_rht_rtne_time_factor`; "sr16" calls with a packed rotated column
+    // keep `gluon_rht_time_factor`. At revision 15 the decoded rotated column is the strip
+    // kernel's and the RTNE calls take `gluon_rht_time_factor`.
+    let hw = h200_with_all(&[
+        ("emulation.triton_quant_gluon_rht_time_factor", "0.625"),
+        ("emulation.triton_quant_gluon_rht_rtne_time_factor", "0.5"),
+        (
+            "emulation.triton_quant_gluon_rht_decoded_time_factor",
+            "0.75",
+        ),
+    ]);
+    let (rev12, rev15, rev16) = (
+        r#", "quant_rev": 12"#,
+        r#", "quant_rev": 15"#,
+        r#", "quant_rev": 16"#,
+    );
+    let scaled = |outs: &str, factor: f64| gluon_scaled(&hw, outs, factor);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
+    let sr16 = r#""sr": true, "sr16": true"#;
+    let te_dy = format!(
+        r#"{{"format": "nvfp4", "decoded": true, {sr16}}}, {{"format": "nvfp4", "rht": 16, "decoded": true, {sr16}}}"#
+    );
+    let te_x =
+        r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#.to_string();
+    let codes_sr16 =
+        format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", "rht": 16, {sr16}}}"#);
+    for (outs, at16, at15) in [
+        (&te_dy, 0.75, None),
+        (&te_x, 0.5, Some(0.625)),
+        (&codes_sr16, 0.625, Some(0.625)),
+    ] {
+        assert!(
+            close(emulated_quant_price(&hw, outs, ""), scaled(outs, at16)),
+            "{outs}"
+        );
+        assert!(
+            close(emulated_quant_price(&hw, outs, rev16), scaled(outs, at16)),
+            "{outs}"
+        );
+        let want15 = at15.map_or(emulated_quant_price(&hw, outs, rev12), |f| scaled(outs, f));
+        assert!(
+            close(emulated_quant_price(&hw, outs, rev15), want15),
+            "{outs}"
+        );
+    }
+    // a row RHT, a column RHT of 32 and "sr" keep the strip price at 16
+    for outs in [
+        r#"{"format": "nvfp4", "rht": 16}, {"format": "nvfp4", "decoded": true}"#,
+        r#"{"format": "mxfp4"}, {"format": "mxfp4", "rht": 32, "decoded": true}"#,
+        r#"{"format": "nvfp4", "sr": true}, {"format": "nvfp4", "rht": 16, "decoded": true, "sr": true}"#,
+    ] {
+        assert_eq!(
+            emulated_quant_price(&hw, outs, ""),
+            emulated_quant_price(&hw, outs, rev12),
             "{outs}"
         );
     }
