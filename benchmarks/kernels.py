@@ -163,13 +163,14 @@ QSIZES = [(8192, 8192), (16384, 4096)] if not SMOKE else [(64, 64)]
 BIG = (8192, 8192) if not SMOKE else (64, 64)
 
 
-def qbytes(r, c, spec_block, copies=1, xhat=False):
-    """Fewest bytes: read bf16 once; write per copy 0.5 B codes + 1/block B scales (or 2 B x_hat).
-    copies = (decoded, packed) counts when a call writes one of each (xhat None)."""
+def qbytes(r, c, spec_block, copies=1, xhat=False, src_bytes=2):
+    """Fewest bytes: read the input once (bf16; src_bytes 4: f32); write per copy 0.5 B codes +
+    1/block B scales (or 2 B x_hat). copies = (decoded, packed) counts when a call writes one of
+    each (xhat None)."""
     if isinstance(copies, tuple):
-        return r * c * (2.0 + copies[0] * 2.0 + copies[1] * (0.5 + 1.0 / spec_block))
+        return r * c * (src_bytes + copies[0] * 2.0 + copies[1] * (0.5 + 1.0 / spec_block))
     per = 2.0 if xhat else 0.5 + 1.0 / spec_block
-    return r * c * (2.0 + copies * per)
+    return r * c * (src_bytes + copies * per)
 
 
 def _route(route, fn):
@@ -376,6 +377,7 @@ def rowcol_gluon():
     packed, x_call = ((True, True), (False, False)), ((False, True), (True, False))
     for shape in QSIZES:
         x = rand(shape)
+        x32 = x.float() * (1 + 2.0**-12)  # a LayerNorm's f32 output: off the bf16 grid
         amax = x.abs().amax().float()
         dy_call = ((False, False), (True, True))
         s16 = ref.rht_signs(16, "te").to(DEV)
@@ -394,25 +396,34 @@ def rowcol_gluon():
                  ("dY nvfp4: decoded row + col, col RHT16+SR16 (TE dY)", nv, "sr16", dy_call, 2, True, 16,
                   lambda: ops.rowcol_operands(x, nv, rounding="sr16", seed=1, rht_col=(16, s16), tensor_amax=amax,
                                               tensor_amax_col=amax, outputs=("decoded", "decoded"))),
+                 ("X f32: decoded row + packed col, ue5m3 delayed", ue, "rtne", x_call, (1, 1), None, 0,
+                  lambda: ops.rowcol_operands(x32, ue, tensor_amax=amax, tensor_amax_col=amax,
+                                              outputs=("decoded", "packed"))),
+                 ("X nvfp4 f32: decoded row + packed col RHT16", nv, "rtne", x_call, (1, 1), None, 16,
+                  lambda: ops.rowcol_operands(x32, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax,
+                                              outputs=("decoded", "packed"))),
                  ("X nvfp4: decoded row + packed col RHT16", nv, "rtne", x_call, (1, 1), None, 16,
                   lambda: ops.rowcol_operands(x, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))))
         for name, f, rounding, (codes_on, xhat_on), copies, xhat, rn_c, fn in calls:
             if ARGS.variants and not name.startswith(tuple(ARGS.variants.split(","))):
                 continue
+            src = x32 if " f32" in name else x
+            src_bytes = src.element_size()
             want = _route("strip", fn)
             times = {}
             for sample in range(ARGS.repeat):
                 if left() < 20:
                     return
                 t = time_quantizer(f"{name} [strip]", shape, copies, xhat, lambda fn=fn: _route("strip", fn),
-                                   sample=sample)
+                                   src_bytes=src_bytes, sample=sample)
                 times.setdefault("strip", []).append(t)
                 for tile in GLUON_TILES:
                     qk.CONFIG_OVERRIDE["rowcol_gluon"] = tile
                     try:
                         routed = _route("gluon", lambda: qk._gluon_rowcol_ok(
-                            x, qk.parse_fmt(f), rounding, rounding, (0, rn_c), codes_on, xhat_on, True, torch.bfloat16))
+                            src, qk.parse_fmt(f), rounding, rounding, (0, rn_c), codes_on, xhat_on, True,
+                            torch.bfloat16))
                         if not routed and rn_c:  # a column RHT needs the one-lane layouts
                             continue
                         if sample == 0:
@@ -422,7 +433,7 @@ def rowcol_gluon():
                         lanes = ", one lane a block" if len(tile) > 5 and tile[5] else ""
                         label = f"{name} [gluon {tile[0]}x{tile[1]} {tile[2]} warps x{tile[3]}{lanes}]"
                         t = time_quantizer(label, shape, copies, xhat, lambda fn=fn: _route("gluon", fn),
-                                           tile=list(tile), sample=sample)
+                                           src_bytes=src_bytes, tile=list(tile), sample=sample)
                         times.setdefault(tile, []).append(t)
                     finally:
                         qk.CONFIG_OVERRIDE.pop("rowcol_gluon", None)
@@ -431,12 +442,13 @@ def rowcol_gluon():
                 summary.append(dict(call=name, shape="x".join(map(str, shape)), variant=str(k), median_ms=t,
                                     samples_ms=times[k], vs_strip=t / med["strip"]))
                 log(f"rowcol gluon {name} {shape} {k}: median {t * 1e3:.1f} us, {t / med['strip']:.2f}x strip")
-        del x
+        del x, x32
         save()
 
 
 AMAX_SHAPES = ((8192, 8192), (16384, 4096), (32768, 2304), (32768, 4608), (32768, 768))
 AMAX_TILES = ((64, 128, 8, 8), (64, 128, 4, 8), (64, 128, 8, 4), (64, 128, 8, 2))
+AMAX_DTYPES = (torch.bfloat16, torch.float32)  # f32: a LayerNorm's output under autocast
 
 
 @section("amax pass: rowcol_gluon's against strip.py's")
@@ -454,9 +466,10 @@ def amax_pass():
     nv = qk.parse_fmt(F["nvfp4"])
     s16 = ref.rht_signs(16, "te").to(DEV).float()
     summary = RES.setdefault("amax_pass", [])
-    for shape in AMAX_SHAPES:
-        x = rand(shape)
+    for shape, dtype in [(s, d) for s in AMAX_SHAPES for d in AMAX_DTYPES]:
+        x = rand(shape, dtype)
         R, C = shape
+        f32 = dtype == torch.float32
         for rn_c in (0, 16):
             dummy = torch.zeros(1, device=DEV)
             signs = s16 if rn_c else dummy
@@ -469,14 +482,14 @@ def amax_pass():
             runs = {"strip": (strip._strip_amax_kernel, g0, lambda b: (x, b, dummy, signs, R, C), c0)}
             for tile in AMAX_TILES:
                 if rg.amax_applies(x, (0, rn_c), tile):
-                    g1, c1 = rg.amax_launch(R, C, rn_c, tile)
+                    g1, c1 = rg.amax_launch(R, C, rn_c, tile, f32)
                     runs[tile] = (rg._amax_kernel, g1, lambda b: (x, b, signs, R, C), c1)
             bits = {}
             for name, (fn, grid, args, consts) in runs.items():
                 b = torch.zeros(2, dtype=torch.int32, device=DEV)
                 launcher.run(fn, grid, args(b), consts)
                 bits[name] = b.tolist()
-            RES["checks"].append(dict(what=f"amax pass {shape} rht {rn_c}: gluon bits = strip's",
+            RES["checks"].append(dict(what=f"amax pass {shape} {dtype} rht {rn_c}: gluon bits = strip's",
                                       ok=all(v == bits["strip"] for v in bits.values())))
             times = {}
             for sample in range(ARGS.repeat):
@@ -488,10 +501,11 @@ def amax_pass():
                     times.setdefault(name, []).append(ms(lambda: launcher.run(fn, grid, a, consts)))
             med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
             for k, t in med.items():
-                gbs = R * C * 2 / (t * 1e-3) / 1e9
-                summary.append(dict(shape="x".join(map(str, shape)), rht=rn_c, variant=str(k), median_ms=t,
-                                    samples_ms=times[k], vs_strip=t / med["strip"], read_gbs=gbs))
-                log(f"amax pass {shape} rht {rn_c} {k}: {t * 1e3:.1f} us ({gbs:.0f} GB/s), {t / med['strip']:.2f}x strip")
+                gbs = R * C * x.element_size() / (t * 1e-3) / 1e9
+                summary.append(dict(shape="x".join(map(str, shape)), dtype=str(dtype), rht=rn_c, variant=str(k),
+                                    median_ms=t, samples_ms=times[k], vs_strip=t / med["strip"], read_gbs=gbs))
+                log(f"amax pass {shape} {dtype} rht {rn_c} {k}: {t * 1e3:.1f} us ({gbs:.0f} GB/s), "
+                    f"{t / med['strip']:.2f}x strip")
         del x
         save()
 
@@ -575,9 +589,9 @@ def quant_timing():
 
 
 STRIP_TILES = ((16, 64, 1), (32, 64, 1))
-def time_quantizer(label: str, shape, copies, xhat, fn, **fields) -> float:
+def time_quantizer(label: str, shape, copies, xhat, fn, src_bytes=2, **fields) -> float:
     """Time one quantizer call (do_bench median), record it in RES["quantizer"] with its
-    fraction of copy bandwidth (qbytes: copies x bf16 read once, codes or x_hat written);
+    fraction of copy bandwidth (qbytes: the input read once, codes or x_hat written);
     an exception is recorded as an error and gives inf."""
     try:
         fn()
@@ -585,7 +599,7 @@ def time_quantizer(label: str, shape, copies, xhat, fn, **fields) -> float:
     except Exception as exc:
         RES["errors"].append(f"{label}: {exc!r}")
         return float("inf")
-    frac = qbytes(*shape, 16, copies, xhat) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
+    frac = qbytes(*shape, 16, copies, xhat, src_bytes) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
     RES["quantizer"].append(dict(variant=label, shape="x".join(map(str, shape)), ms=t, frac_copy=frac, **fields))
     log(f"{label} {tuple(shape)}: {t * 1e3:.1f} us {frac:.0%} of copy")
     return t

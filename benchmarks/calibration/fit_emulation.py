@@ -15,9 +15,10 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   the check of that reading.
 - quantize: `emulation.triton_quant_*` (fourcast's Triton quantizers: per call, per element
   written, per rotated element in calls with SR (split / transposing kernels) and in calls
-  without (the strip kernel), per stochastically rounded element), least squares weighted
-  by calls, on the quantize ops of QUANT_FIT; QUANT_HELD_OUT are predicted, not fitted.
-  These runs must be one-tile runs (below).
+  without (the strip kernel), per stochastically rounded element, per input element of an
+  amax pass, and again of a rotated call's amax pass, which measures the rotated copy's
+  amax), least squares weighted by calls, on the quantize ops of QUANT_FIT; QUANT_HELD_OUT
+  are predicted, not fitted. These runs must be one-tile runs (below).
 - prefetch: `emulation.triton_quant_prefetch_saving_ns_per_elem` (--prefetch-fit): what a
   strip program of several row tiles saves per overlapped element written (ITERS - 1 of
   ITERS tiles), fitted on the per-call drop of the same row+col calls from a run with one
@@ -38,20 +39,23 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   terms are fitted and written (the other fits do not run). benchmarks/calibration/
   quantize_calls.py lists the calls and their errors.
 - per call, within the pins: --pin-fit refits --pin-terms (default: every CALL_TERMS term) on
-  every quantize call of the given runs (default: training-h200 runs 10-18), constrained so
+  every quantize call of the given runs (default: training-h200 runs 10-21), constrained so
   that every quantize class pinned in tests/unit/test_project.py (QUANT_PINS) stays inside its
-  bound less --pin-margin and no call kind of --pin-keep (default run 18) gets a larger max
-  |error| or a wider range (pin_problem; the class errors are linear in the terms). Least
-  squares of the relative error per call (Lawson-Hanson LSI) and the least max |error| (a
-  linear program), both printed; --write writes the first. Needs scipy (not a fourcast
-  dependency: imported only here).
+  bound less --pin-margin and no call kind of --pin-keep (default runs 18 and 21: the last
+  strip-kernel run, the current kernels' run) gets a larger max |error| or a wider range
+  (pin_problem; the class errors are linear in the terms). Least squares of the relative
+  error per call (Lawson-Hanson LSI) and the least max |error| (a linear program), both
+  printed; --write writes the first. Needs scipy (not a fourcast dependency: imported only
+  here).
 
 Quantizer revisions: profiles up to run 17 do not record which quantizer kernels ran, so `quant_rev_of`
 tags a committed run with the session whose kernels did (as project.project(quant_rev=...)
 does), and `quant_kernel` says what those kernels did, as rust ops.rs `quant_kernel`: up to
 9 (training-h200 runs up to 14) one row tile a strip program, float sr16; 10 (runs 15-16) up
 to 4 tiles (kernels/strip.py strip_iters), float sr16; 11 (run 17) integer sr16; 12 (run 18
-on, whose profiles record it) the column copy's bytes stored once a program (`gathers`).
+on, whose profiles record it) the column copy's bytes stored once a program (`gathers`); 13
+on rowcol_gluon (`on_gluon`), 15 its amax pass (`on_gluon_amax`), priced by fixed factors of
+the strip price (`gluon_scaling`: the amax pass's factor scales both amax terms).
 
 --measure gpu fits and checks against GPU time: the profile's "gpu_ops" (the ops of the
 timeline step, each with the GPU time of the kernels it launched; runs recorded with
@@ -94,7 +98,7 @@ def run_dir(recipe: str) -> pathlib.Path:
 
 
 STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
-QUANT_REV = 16  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
+QUANT_REV = 17  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
 
 
 def quant_kernel(rev: int | None) -> tuple[int, bool]:
@@ -144,7 +148,7 @@ def profile(recipe: str) -> dict:
 
 QUANT_TERMS = ("triton_quant_call_us", "triton_quant_ns_per_elem", "triton_quant_rht_ns_per_elem",
                "triton_quant_strip_rht_ns_per_elem", "triton_quant_sr_ns_per_elem", "triton_quant_sr4_ns_per_elem",
-               "triton_quant_sr16_ns_per_elem", "triton_quant_amax_ns_per_elem",
+               "triton_quant_sr16_ns_per_elem", "triton_quant_amax_ns_per_elem", "triton_quant_amax_rht_ns_per_elem",
                "triton_quant_amax_tile_ns")  # quant_features' columns
 
 
@@ -178,10 +182,12 @@ def measures_amax(q: dict) -> bool:
 
 def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
     """[1, elements written, rotated with SR, rotated without SR (strip kernel), rounded "sr",
-    rounded "sr4", rounded "sr16", amax-pass elements, in-kernel amax programs] of a quantize
-    op, as Rust counts them (the amax pass: refresh 1 and a format with a tensor scale; in-kernel
-    amax: formats without one, two atomics per strip program, ops.rs in_kernel_amax_programs).
-    max_iters: the most row tiles a strip program took (1 in runs up to 14)."""
+    rounded "sr4", rounded "sr16", amax-pass elements, amax-pass elements of rotated calls,
+    in-kernel amax programs] of a quantize op, as Rust counts them (the amax pass: refresh 1
+    and a format with a tensor scale; rotated: a copy with an RHT, whose amax the pass
+    measures rotated; in-kernel amax: formats without one, two atomics per strip program,
+    ops.rs in_kernel_amax_programs). max_iters: the most row tiles a strip program took (1 in
+    runs up to 14)."""
     n = float(q["numel"])
     copies = [2.0 if o.get("transposed_copy") else 1.0 for o in q["outputs"]]
     rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o.get("rht", 0) > 0)
@@ -199,8 +205,9 @@ def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
     if single and q.get("refresh", 1) == 1:  # given, or recorded by nobody ("none"): no atomics
         tiles, iters = strip_tiles(q, max_iters)
         programs = tiles / iters
+    amax = n if measures else 0.0
     return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, sr, sr4, sr16,
-            n if measures else 0.0, programs]
+            amax, amax if rotated else 0.0, programs]
 
 
 def quant_rows(recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -333,6 +340,9 @@ def fit_sr16_int(pairs: list[tuple[str, str]]) -> float:
                           "sr16-int")
 
 
+# The CALL_TERMS columns that price the amax pass (ops.rs emulated_quant_s `amax_pass_s`).
+AMAX_PASS = [QUANT_TERMS.index(t) for t in ("triton_quant_amax_ns_per_elem", "triton_quant_amax_rht_ns_per_elem")]
+
 # Per call: every term of ops.rs emulated_quant_s, with the sign it enters the price with
 # (the savings subtract); call_features' columns, in the TOML's units (us per call, ns per unit).
 SAVINGS = ("triton_quant_prefetch_saving_ns_per_elem", "triton_quant_gather_saving_ns_per_elem",
@@ -342,13 +352,13 @@ CALL_TERMS = QUANT_TERMS + SAVINGS
 
 def on_gluon(q: dict, rev: int | None) -> bool:
     """Whether ops.rs prices this call as run on kernels/rowcol_gluon.py (revision 13 on: an
-    RTNE row+col call of a bf16 input without an RHT on 4-bit formats with 1-D blocks of 16 or 32, no
+    RTNE row+col call of a bf16 input (from 17 f32 too) without an RHT on 4-bit formats with 1-D blocks of 16 or 32, no
     fake-quant container; from revision 14 also such a call with "sr16" on both copies and
     blocks of 16, or with an RHT of 16 on a packed column copy alone, blocks of 16; from 16
     on a decoded column copy too; emulated_quant_s `on_gluon`)."""
     rev = QUANT_REV if rev is None else rev
     outs = q.get("outputs", [])
-    if len(outs) != 2 or q.get("src_bytes", 2) != 2:  # rowcol_gluon reads bf16 only
+    if len(outs) != 2 or (q.get("src_bytes", 2) != 2 and rev < 17):  # bf16 only before 17
         return False
     blocks16 = all(o["format"].get("block") == 16 for o in outs)
     rtne = not any(o.get("sr") for o in outs)
@@ -362,18 +372,19 @@ def on_gluon(q: dict, rev: int | None) -> bool:
 
 def on_gluon_amax(q: dict, rev: int | None) -> bool:
     """Whether ops.rs prices this call's amax pass as rowcol_gluon.py's (revision 15 on: a
-    row+col call of a bf16 input that measures its tensor amax, no row RHT, a column RHT of 16
-    or none)."""
+    row+col call of a bf16 input (from 17 f32 too) that measures its tensor amax, no row RHT, a
+    column RHT of 16 or none)."""
     outs = q.get("outputs", [])
-    return ((QUANT_REV if rev is None else rev) >= 15 and len(outs) == 2 and q.get("src_bytes", 2) == 2
+    rev = QUANT_REV if rev is None else rev
+    return (rev >= 15 and len(outs) == 2 and (q.get("src_bytes", 2) == 2 or rev >= 17)
             and measures_amax(q) and not outs[0].get("rht") and outs[1].get("rht", 0) in (0, 16))
 
 
 def gluon_scaling(q: dict, rev: int | None, emulation: dict) -> tuple[float, float]:
     """(f, a) of ops.rs emulated_quant_s for this call: f scales the strip price beyond the
     call cost and the amax pass where the call runs on rowcol_gluon (on_gluon; else 1), a
-    the amax pass where it is rowcol_gluon's (on_gluon_amax; else 1); emulation: the TOML's
-    [emulation] table (a factor it lacks is 1)."""
+    the whole amax pass (both amax terms) where it is rowcol_gluon's (on_gluon_amax; else 1);
+    emulation: the TOML's [emulation] table (a factor it lacks is 1)."""
     rev = QUANT_REV if rev is None else rev
 
     def factor(name: str) -> float:
@@ -382,7 +393,9 @@ def gluon_scaling(q: dict, rev: int | None, emulation: dict) -> tuple[float, flo
     outs = q.get("outputs", [])
     f = 1.0
     if on_gluon(q, rev):
-        if rev < 14:
+        if q.get("src_bytes", 2) != 2:  # an f32 input (revision 17 on)
+            f = factor("triton_quant_gluon_f32_time_factor")
+        elif rev < 14:
             f = factor("triton_quant_gluon_time_factor")
         elif any(o.get("rht") for o in outs) and rev >= 16 and not any(o.get("sr") for o in outs):
             f = factor("triton_quant_gluon_rht_rtne_time_factor")  # two row tiles a program
@@ -421,8 +434,7 @@ def call_features(q: dict, rev: int | None, emulation: dict | None = None) -> np
                  + [-1e-9 * overlapped_elems(q, iters), -1e-9 * gathered, -1e-9 * sr16 * int_sr16])
     scale, amax = gluon_scaling(q, rev, _h200_emulation() if emulation is None else emulation)
     x[1:] *= scale
-    i = CALL_TERMS.index("triton_quant_amax_ns_per_elem")
-    x[i] *= amax / scale
+    x[AMAX_PASS] *= amax / scale  # the pass is its own kernel: its factor, not the quantizer's
     return x
 
 
@@ -577,8 +589,10 @@ QUANT_PINS = {
     "training-h200-run17/125m": {"ue5m3+sr16": 0.01, "mxfp4+sr16": 0.02},
     "training-h200-run18/125m": {"ue5m3+sr16": 0.01, "mxfp4+sr16": 0.02},
 }
-PIN_FIT = tuple(f"training-h200-run{n}" for n in (10, 11, 12, 13, 14, 16, 17, 18))  # --pin-fit's default calls
-PIN_KEEP = ("training-h200-run18/125m",)  # --pin-keep's default: the current kernels' run
+# --pin-fit's default calls: runs 10-21 (run 15 kept no profile)
+PIN_FIT = tuple(f"training-h200-run{n}" for n in (10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 21))
+# --pin-keep's default: the last strip-kernel run (ue5m3, mxfp4) and the current kernels' (TE NVFP4)
+PIN_KEEP = ("training-h200-run18/125m", "training-h200-run21/125m")
 PIN_MARGIN = 0.0005  # --pin-margin's default: how far inside its bound each pinned class is kept
 # How far past the start's max |error| and range a kept call kind may go: more than the
 # rounding of a fit written to the file (six significant digits: a few 1e-6), so that
@@ -737,7 +751,7 @@ def solve_pinned(p: PinProblem, objective: str = "lsq") -> np.ndarray:
         x, _ = minimax_within(p.A / scale, p.b, p.G / scale, p.h)
     else:
         x = least_squares_within(p.A / scale, p.b, p.G / scale, p.h)
-    return x / scale
+    return np.maximum(x / scale, 0.0)  # every term is >= 0; one held there may come out -1e-17
 
 
 def binding(p: PinProblem, values: np.ndarray, tol: float = 1e-9) -> list[tuple]:
@@ -793,7 +807,7 @@ def pin_fit_main(args: argparse.Namespace) -> None:
     for j, t in enumerate(free):
         print(f"  {t:40s} {term_values(hw0)[CALL_TERMS.index(t)]:10.6g} "
               + " ".join(f"{v[j]:13.6g}" for v in fits.values()))
-    summary = print_call_errors(hws, rows)
+    summary = print_call_errors(hws, rows, keep)
     out = print_pins(summary, binds)
     if args.write:
         if out["lsq, rounded"]:
@@ -807,22 +821,24 @@ def pin_fit_main(args: argparse.Namespace) -> None:
                     for t, v in zip(free, fits["lsq, rounded"])})
 
 
-def print_call_errors(hws: dict[str, fchw.Hardware], rows: list[dict]) -> dict[str, dict]:
+def print_call_errors(hws: dict[str, fchw.Hardware], rows: list[dict],
+                      keep: tuple[str, ...] = PIN_KEEP) -> dict[str, dict]:
     """Print each term set's per-call |error| (the Rust price): sum of squares, max / median per
-    call kind over every run and per (recipe, kind) of PIN_KEEP's first run, and how many
+    call kind over every run and per (recipe, kind) of each run of `keep`, and how many
     (run, recipe, kind)s got a larger max / median than the first set's; return each set's
     call_summary."""
     y = np.array([r["us"] for r in rows])
     err = {k: price_calls(h, rows) / y - 1 for k, h in hws.items()}
     print("per call, |model / GPU time - 1| (the Rust price): sum of squares; max / median per kind, every run, "
-          f"then {PIN_KEEP[0]} by recipe:")
-    print(f"  {'':22s}" + "".join(f"{k:>19s}" for k in hws))
-    print(f"  {'sum of squares':22s}" + "".join(f"{float(e @ e):19.2f}" for e in err.values()))
+          f"then {', '.join(keep) or 'no run'} by recipe:")
+    print(f"  {'':28s}" + "".join(f"{k:>19s}" for k in hws))
+    print(f"  {'sum of squares':28s}" + "".join(f"{float(e @ e):19.2f}" for e in err.values()))
     groups = {kind: [r["kind"] == kind for r in rows] for kind in ("X", "dY", "W")}
-    groups |= {f"{rec} {kind}": [(r["run"], r["recipe"], r["kind"]) == (PIN_KEEP[0], rec, kind) for r in rows]
-               for rec, kind in dict.fromkeys((r["recipe"], r["kind"]) for r in rows if r["run"] == PIN_KEEP[0])}
+    kept = dict.fromkeys((r["run"], r["recipe"], r["kind"]) for r in rows if r["run"] in keep)
+    groups |= {f"{run.removeprefix('training-h200-')[:5]} {rec} {kind}":
+               [(r["run"], r["recipe"], r["kind"]) == (run, rec, kind) for r in rows] for run, rec, kind in kept}
     for label, sel in groups.items():
-        print(f"  {label:22s}" + "".join(f"{np.abs(e[sel]).max():9.1%} /{np.median(np.abs(e[sel])):6.1%}  "
+        print(f"  {label:28s}" + "".join(f"{np.abs(e[sel]).max():9.1%} /{np.median(np.abs(e[sel])):6.1%}  "
                                          for e in err.values()))
     summary = {k: call_summary(h, rows) for k, h in hws.items()}
     first = next(iter(summary.values()))
@@ -945,8 +961,10 @@ def write_toml(values: dict) -> None:
     for key, (value, src) in values.items():
         line = f'{key} = {{ value = {value}, source = "{src}", confidence = "measured" }}'
         text, n = re.subn(rf"^{key} = .*$", line, text, flags=re.M)
-        if n == 0 and key.startswith("triton_quant_"):  # a term the file has no line for yet
-            last = list(re.finditer(r"^triton_quant_.*$", text, flags=re.M))[-1]
+        if n == 0 and key.startswith("triton_quant_"):  # no line yet: after the CALL_TERMS term before it
+            earlier = CALL_TERMS[:CALL_TERMS.index(key)] if key in CALL_TERMS else ()
+            anchors = [m for t in earlier for m in re.finditer(rf"^{t} = .*$", text, flags=re.M)]
+            last = (anchors or list(re.finditer(r"^triton_quant_.*$", text, flags=re.M)))[-1]
             text, n = text[:last.end()] + "\n" + line + text[last.end():], 1
         if n != 1:
             raise SystemExit(f"hwmodels/h200.toml: no single line for {key}")
@@ -979,7 +997,7 @@ def main() -> None:
                          "them) whose quantize calls refit --call-terms per call; nothing else is fitted")
     ap.add_argument("--call-terms", default=",".join(CALL_FIT), help="the CALL_TERMS --call-fit refits")
     ap.add_argument("--pin-fit", nargs="?", const=",".join(PIN_FIT), default="",
-                    help="comma-separated run folders (as --call-fit; default: runs 10-18) whose quantize calls "
+                    help="comma-separated run folders (as --call-fit; default: runs 10-21) whose quantize calls "
                          "refit --pin-terms per call, constrained by test_project.py's quantize class pins "
                          "(needs scipy); nothing else is fitted")
     ap.add_argument("--pin-terms", default=",".join(CALL_TERMS), help="the CALL_TERMS --pin-fit refits")

@@ -288,6 +288,37 @@ def test_rowcol_gluon_te_dy_call_decoded_rotated_column(name, kind):
         assert torch.equal(testing.bits(col.values), testing.bits(want_c))
 
 
+@pytest.mark.parametrize("name,rounding,rn_c", [("nvfp4", "rtne", 0), ("mxfp4", "rtne", 0), ("ue5m3", "sr16", 0),
+                                                ("nvfp4", "rtne", 16), ("nvfp4", "sr16", 16), ("e1m2-mx16", "rtne", 16)])
+@pytest.mark.parametrize("kind", ["heavy", "huge", "tiny"])
+def test_rowcol_gluon_f32_input_equals_reference(name, rounding, rn_c, kind):
+    """An f32 input (a LayerNorm's output under autocast: two f32 a 64-bit word) on the Gluon
+    kernel and its amax pass: both packed copies bit for bit against the reference, with
+    values bf16 cannot hold, NaN and an infinity in blocks, a column RHT of 16, "sr16" at an
+    offset past 2^32; and QLinear's X call (row decoded, column packed) likewise."""
+    _hopper()
+    from fourcast.kernels import ops
+
+    f = F[name]
+    spec = qk.parse_fmt(f)
+    x = testing.make_input(kind, (512, 640), torch.float32, DEV, seed=43, fmt=f)
+    x = x * (1 + 2.0**-12)  # off the bf16 grid
+    x[77, 5] = float("nan")
+    x[300, 600] = float("-inf")
+    rht_c = (16, ref.rht_signs(16, "te").to(DEV)) if rn_c else None
+    plan = qk._rowcol_plan(x, spec, rounding, rounding, 0, rn_c, (True, True), (False, False), False, spec.two_level,
+                           not spec.two_level)
+    assert plan["route"] == "gluon" and (plan["amax"] is None or plan["amax"][0] == "gluon")
+    for _ in range(2):
+        testing.check_rowcol(x, f, rounding, rounding, 5, 2**32 + 16, None, rht_c)
+    if rounding == "rtne":
+        good = x.nan_to_num(0.0, 0.0, 0.0)
+        dec, col = ops.rowcol_operands(good, f, rht_col=rht_c, outputs=("decoded", "packed"))
+        want_r = ref.quantize(good, f)
+        assert torch.equal(testing.bits(dec.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
+        assert testing.packed_diff(col, ref.quantize(good, f, axis=0, rht=rht_c)) == []
+
+
 @pytest.mark.parametrize("rn_c", [0, 16])
 @pytest.mark.parametrize("kind", ["heavy", "huge", "tiny", "zeros"])
 @pytest.mark.parametrize("amax_cfg", [None, (64, 128, 4, 8), (64, 128, 8, 2)])
@@ -354,7 +385,7 @@ def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
     """What rowcol_gluon does not cover goes to the strip kernel: "sr" and "sr4", "sr16" on
     blocks of 32, a row RHT (or a column one other than 16), a scaled x_hat or a copy written both ways, 16 x 16
     tiles, shapes off
-    its tile, f32 input; CONFIG_OVERRIDE pins either kernel."""
+    its tile, f16 input; CONFIG_OVERRIDE pins either kernel."""
     _hopper()
     nv = qk.parse_fmt(F["nvfp4"])
     x = torch.zeros(512, 768, dtype=torch.bfloat16, device=DEV)
@@ -370,6 +401,7 @@ def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
     assert route(rnc=16, rn=16) == route(rnc=32) == "strip"  # a row RHT, a column RHT of 32
     assert route(rounding="sr16") == "gluon" and route(spec=qk.parse_fmt(F["mxfp4"]), rounding="sr16") == "strip"
     assert route(spec=qk.parse_fmt(F["nvfp4-2d"])) == route(spec=qk.parse_fmt(F["mxfp8"])) == "strip"
-    assert route(x=x[:, :704]) == route(x=x[:480]) == route(x=x.float()) == "strip"
+    assert route(x=x[:, :704]) == route(x=x[:480]) == route(x=x.half()) == "strip"
+    assert route(x=x.float()) == "gluon"  # an f32 input: two f32 a 64-bit word
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
     assert route() == "strip"

@@ -263,7 +263,7 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     tile a strip program): priced as revision 10 (four tiles for ue5m3's row+col calls) its
     quantize class comes out lower by the prefetch saving. Run 17 ran revision 11 (integer
     sr16): priced as revision 10 (float sr16) its ue5m3 quantize class is over-priced by the
-    8% the integer saving closes; the default is the current revision, 16."""
+    8% the integer saving closes; the default is the current revision, 17."""
     run = RUN14 / "125m/ue5m3+sr16"
     prof = project.load_profile(run)
     tagged = project.as_measured({**prof, "quant_rev": 9})
@@ -278,7 +278,7 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     new = project.project(run, [], quant_rev=11).h200_error_gpu["quantize"]
     assert old > 0.05 and abs(new) < 0.02, (old, new)
     # the kernels' revision is the model's default (kernels/__init__.py and rust ops.rs agree)
-    assert QUANT_REV == 16
+    assert QUANT_REV == 17
     default = project.project(run, []).h200_error_gpu["quantize"]
     assert project.project(run, [], quant_rev=QUANT_REV).h200_error_gpu["quantize"] == default
     # 13 runs the RTNE row+col calls (this run's X and W calls) on rowcol_gluon: priced lower;
@@ -290,8 +290,12 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     te = RESULTS / "training-h200-run20/125m/nvfp4+sr16"
     rev15, rev16 = (project.project(te, [], quant_rev=r).h200_model_gpu["quantize"] for r in (15, 16))
     assert rev16 < 0.97 * rev15, (rev15, rev16)
+    # 17 takes f32 inputs (a LayerNorm's output: run 19's wqkv and w_gate_up X calls) on rowcol_gluon
+    ue = RESULTS / "training-h200-run19/125m/ue5m3+sr16"
+    rev16, rev17 = (project.project(ue, [], quant_rev=r).h200_model_gpu["quantize"] for r in (16, 17))
+    assert rev17 < 0.99 * rev16, (rev16, rev17)
     with pytest.raises(ConfigError, match="quant_rev"):
-        project.project(run, [], quant_rev=17)
+        project.project(run, [], quant_rev=18)
 
 
 # Per call (model-calibration-per-call.md): run 18's quantize calls against the model, (min, max)

@@ -40,6 +40,7 @@ with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
 ptx = k.asm["ptx"]
 print(json.dumps(dict(local=int(re.search(r"LOCAL:(\d+)", res).group(1)), shared=k.metadata.shared,
                       ld_v4=len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)),
+                      ld_v2_b64=len(re.findall(r"ld\.global(?:\.\w+)*\.v2\.b64", ptx)),
                       ld_shared=len(re.findall(r"ld\.shared", ptx)),
                       st_b32=len(re.findall(r"st\.global(?:\.\w+)?\.b32", ptx)),
                       st_v2=len(re.findall(r"st\.global(?:\.\w+)*\.v2\.b32", ptx)),
@@ -91,15 +92,15 @@ def test_column_rht16_compiles_in_thread(fmt, fuse, mode):
     assert k["atom"] == (2 if fuse else 0)
 
 
-@pytest.mark.parametrize("rn_c", [0, 16])
-def test_amax_pass_compiles(rn_c):
-    """rowcol_gluon's amax pass: no spills, two atomics a program, and with a column RHT of
-    16 the f64 butterflies in each thread (the rows' halfword max needs no shuffle either;
-    only the program's final reductions cross lanes)."""
+@pytest.mark.parametrize("rn_c,f32", [(0, False), (16, False), (0, True), (16, True)])
+def test_amax_pass_compiles(rn_c, f32):
+    """rowcol_gluon's amax pass, bf16 or f32 input: no spills, two atomics a program, and with
+    a column RHT of 16 the f64 butterflies in each thread (the rows' max needs no shuffle
+    either; only the program's final reductions cross lanes)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("import json, os, re, subprocess, sys, tempfile, triton\n"
             "from fourcast.kernels import rowcol_gluon as rg\n"
-            f"k = rg.compile_amax_sm90({rn_c})\n"
+            f"k = rg.compile_amax_sm90({rn_c}, None, {f32})\n"
             "b = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump')\n"
             "f = tempfile.NamedTemporaryFile(suffix='.cubin'); f.write(k.asm['cubin']); f.flush()\n"
             "res = subprocess.run([b, '-res-usage', f.name], capture_output=True, text=True, check=True).stdout\n"
@@ -145,6 +146,14 @@ def test_config_for_takes_two_row_tiles_only_where_measured_faster():
     assert rg.config_for(32768, "sr16", 16) == rg.config_for(32768, "rtne", 0) == rg.CONFIG
 
 
+@pytest.mark.parametrize("fmt,kw", [("nvfp4", {}), ("ue5m3", dict(xhat=True)), ("nvfp4", dict(xhat=True, rn_c=16))])
+def test_f32_input_compiles_without_spills(fmt, kw):
+    """An f32 input: two f32 a 64-bit word, loaded 16 bytes at a time (two words), no spills."""
+    cfg = rg.config_for(1 << 16, "rtne", kw.get("rn_c", 0))
+    k = _compiled(fmt, cfg, f32=True, **kw)
+    assert k["local"] == 0 and k["ld_v2_b64"] == cfg.iters * cfg.bm * cfg.bk // (32 * cfg.warps) // 4
+
+
 def test_te_dy_call_compiles_without_spills():
     """TE's dY call (both copies decoded, "sr16", a column RHT of 16, the seed in device
     memory): the f64 butterflies and the second layout conversion fit without spills, both
@@ -172,6 +181,7 @@ def test_applies_to_its_scope_only():
     x = torch.zeros(128, 256, dtype=torch.bfloat16)
     assert _applies(x) and _applies(x, "mxfp4") and _applies(x, "ufp4-int4") and _applies(x, "int4-ue5m3")
     assert not _applies(x, "nvfp4-2d") and not _applies(x, "mxfp8") and not _applies(x, "fp8")
+    assert _applies(x.float()) and not _applies(x.half())  # f32: two elements a 64-bit word
     assert not _applies(x, rounding="sr") and not _applies(x, rounding="sr4")
     # a column RHT of 16: blocks of 16 in one lane, either copy packed or decoded; no row RHT
     assert _applies(x, rht=(0, 16)) and _applies(x, rht=(0, 16), rounding="sr16")
@@ -188,7 +198,7 @@ def test_applies_to_its_scope_only():
     assert not _applies(x, unscaled=False, **x_call) and not _applies(x, dtype=torch.float32, **x_call)
     dy_call = dict(codes=(False, False), xhat=(True, True), rounding="sr16")  # both decoded, "sr16"
     assert _applies(x, "ue5m3", **dy_call) and _applies(x, codes=(True, False), xhat=(False, True))
-    assert not _applies(x.float()) and not _applies(x[:96]) and not _applies(x[:, :192])
+    assert not _applies(x.double()) and not _applies(x[:96]) and not _applies(x[:, :192])
     assert _applies(x[:, :128]) and not _applies(x[:, :128], config=(64, 256, 4, 1))
     assert _applies(x, config=(64, 128, 4, 2)) and not _applies(x, config=(64, 128, 4, 4))
 

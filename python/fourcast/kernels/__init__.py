@@ -24,7 +24,8 @@ from fourcast.kernels.utils import Packed
 # row+col calls' amax pass on rowcol_gluon where it applies (triton_quant_gluon_amax_*), 16
 # TE's calls: the dY call's decoded rotated column copy on rowcol_gluon too (0.79x), the X
 # call at two row tiles a program (0.56x, session 19: triton_quant_gluon_rht_decoded_ and
-# _rht_rtne_time_factor).
-QUANT_REV = 16
+# _rht_rtne_time_factor), 17 an f32 input (a LayerNorm's output) on rowcol_gluon and its
+# amax pass too.
+QUANT_REV = 17
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

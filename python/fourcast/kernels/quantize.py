@@ -932,7 +932,9 @@ def rowcol_route(spec: Spec, gluon_ok: bool = False) -> str:
     "gluon" (rowcol_gluon.py) where gluon_ok (_gluon_rowcol_ok: its scope, on an sm_90 GPU):
     session 18 measured 0.66x the strip kernel's time on NVFP4 codes, 0.68x on the X call
     (decoded row + packed column), 0.61-0.62x on MXFP4 codes, 0.93-0.94x on the dY call (both
-    copies decoded, "sr16") and 0.60-0.63x on TE's X and dY calls (a column RHT of 16).
+    copies decoded, "sr16") and 0.60-0.63x on TE's X and dY calls (a column RHT of 16);
+    session 19 0.79x on TE's dY call with both copies decoded, 0.56x on TE's X call at two
+    row tiles a program, 0.86-0.91x on an f32 input's X call (near copy bandwidth on both).
     CONFIG_OVERRIDE["rowcol"] pins "transpose", "strip" or "gluon" (benchmarks)."""
     pin = CONFIG_OVERRIDE.get("rowcol")
     if spec.per_tensor or pin == "transpose":
@@ -1044,12 +1046,13 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
         rg, cfg = _rowcol_gluon(), _gluon_config(R, rounding_r, rnc)
         consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0],
                       XHAT_C_ON=xhat_on[1], MODE=ROUND_ID[rounding_r], SEED_PTR=False, RN_C=rnc,
-                      NORM_C=rht_norm(rnc))
+                      NORM_C=rht_norm(rnc), F32=x.dtype == torch.float32)
         grid = rg.grid(R, C, cfg)
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
-        plan["amax"] = ("gluon", *_rowcol_gluon().amax_launch(R, C, rnc, CONFIG_OVERRIDE.get("amax_gluon")))
+        plan["amax"] = ("gluon", *_rowcol_gluon().amax_launch(R, C, rnc, CONFIG_OVERRIDE.get("amax_gluon"),
+                                                              x.dtype == torch.float32))
     elif fresh and route in ("strip", "gluon"):
         br0, bc0, amax_iters = strip.amax_config(br, bc, interp)
         plan["amax"] = ("strip", (_cdiv(R, br0 * amax_iters), _cdiv(C, bc0)),

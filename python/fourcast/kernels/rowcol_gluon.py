@@ -1,5 +1,5 @@
 """Row + column quantizer with the transpose in explicit layouts (Gluon, Hopper): both
-packed copies of a row-major bf16 (R, C) x from one read, the column copy's bytes stored
+packed copies of a row-major bf16 or f32 (R, C) x from one read, the column copy's bytes stored
 transposed (the Wgrad layout) in whole 32-byte runs.
 
 strip.py avoids a transpose because Triton's tl.trans moves a tile at 13-25% of copy
@@ -33,9 +33,8 @@ The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, wr
 serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
 reference.quantize bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D
 blocks of 16 or 32, no RHT but a column RHT of 16 (one lane a block; the column copy packed
-or decoded),
-bf16 input, R a multiple of BM x ITERS and C of BK; each copy
-packed or decoded (unscaled x_hat in x's orientation, two values a paired cvt: the column
+or decoded), a bf16 or f32 input (two bf16 a 32-bit word, two f32 a 64-bit one: F32), R a
+multiple of BM x ITERS and C of BK; each copy packed or decoded (unscaled x_hat in x's orientation, two values a paired cvt: the column
 copy's goes back to the row layout through a second conversion); round-to-nearest-even, or
 "sr16" on both copies with blocks of 16 (a block is a Philox group: philox.sr_uniform_group's
 stream, the column copy's at offset + numel); tensor amaxes given or measured by strip.py's
@@ -130,6 +129,30 @@ def _halves(v):
     """The two bf16 of 32-bit words as f32 (exact: a bf16 is the top half of its f32),
     the one at the lower address first."""
     return (v << 16).to(gl.float32, bitcast=True), (v & -65536).to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _elems(v, F32: gl.constexpr):
+    """The two elements of words as f32, the one at the lower address first: two bf16 in 32
+    bits (_halves), or two f32 in 64 (F32: an f32 input)."""
+    if F32:
+        return (v & 0xFFFFFFFF).to(gl.int32).to(gl.float32, bitcast=True), (v >> 32).to(gl.int32).to(
+            gl.float32, bitcast=True)
+    else:
+        return _halves(v)
+
+
+@gluon.jit
+def _abs_max_elems(v, AXIS: gl.constexpr, F32: gl.constexpr):
+    """(lower, upper): the max |x| bits (as f32 bits) over AXIS of the words' two elements;
+    NaN above +inf, as the strip kernel's block max."""
+    if F32:
+        lo, hi = _elems(v, True)
+        return (gl.max(lo.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=AXIS),
+                gl.max(hi.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=AXIS))
+    else:
+        m = _abs_max16(v, AXIS)
+        return m << 16, m & -65536
 
 
 @gluon.jit
@@ -258,7 +281,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, XHAT_C_ON: gl.constexpr, MODE: gl.constexpr,
                    SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
                    ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
-                   NORM_C: gl.constexpr = 1.0):
+                   NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on, loading tile it + 1 before it quantizes tile it (as strip.py's
     ITERS); a tile is H row pairs of W words, with blocks of WB words (row copy) or WB row
@@ -271,7 +294,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     Philox group; seed, or the int64 it points to (SEED_PTR); the column copy's stream at
     offset_c, as quantize.launch_rowcol's). ONE_LANE: Config.one_lane's layouts, where
     one_lane_fits. RN_C: 16 rotates the column copy by an RHT of 16 (SIGNS_C its signs,
-    NORM_C the f64 1 / 4) before it is quantized: one block of 16, in one thread (ONE_LANE)."""
+    NORM_C the f64 1 / 4) before it is quantized: one block of 16, in one thread (ONE_LANE).
+    F32: x is f32 (a LayerNorm's output under autocast), a word two f32 in 64 bits."""
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
@@ -296,7 +320,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, None, :]
     j = gl.arange(0, H // WB, layout=gl.SliceLayout(1, gl.SliceLayout(1, LC)))[:, None]
     wj = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, :]
-    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    XW = X.to(gl.pointer_type(gl.int64 if F32 else gl.int32), bitcast=True)
     t0 = pid_r * ITERS
     e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
     o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
@@ -312,13 +336,13 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         # ---- the row copy
         for half in gl.static_range(2):
             v = e if half == 0 else o
-            m = _abs_max16(v, 2)
-            bmax = gl.maximum(m << 16, m & -65536)  # a row block's words are all its elements
+            m_lo, m_hi = _abs_max_elems(v, 2, F32)
+            bmax = gl.maximum(m_lo, m_hi)  # a row block's words are all its elements
             if FUSE_AMAX:
                 tile_max = gl.maximum(tile_max, gl.max(gl.max(bmax, axis=1), axis=0))
             sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
                                               S_MIN, NANB)
-            lo, hi = _halves(v)
+            lo, hi = _elems(v, F32)
             # word k of a block holds members 2k and 2k + 1 of its "sr16" group
             counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 + offset_r
             codes, x_lo, x_hi = _quant_pair(lo, hi, mult, sv, bad, s_r, seed, counter, 2 * k, 2, EMIN, MBITS, FIXED,
@@ -332,8 +356,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         # ---- the column copy: words to 4 row pairs of a word column a thread
         ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
         oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
-        e_lo, e_hi = _halves(ec)
-        o_lo, o_hi = _halves(oc)
+        e_lo, e_hi = _elems(ec, F32)
+        o_lo, o_hi = _elems(oc, F32)
         if RN_C > 0:  # the RHT runs down a column block: rows 2p and 2p + 1 take signs 2p and 2p + 1
             sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
             sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
@@ -343,6 +367,11 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             m_hi = _abs_max_col(e_hi, o_hi)
             if FUSE_AMAX:
                 tile_max_c = gl.maximum(tile_max_c, gl.max(gl.max(gl.maximum(m_lo, m_hi), axis=1), axis=0))
+        elif F32:  # element columns 2w (the words' lower elements) and 2w + 1
+            me_lo, me_hi = _abs_max_elems(ec, 1, True)
+            mo_lo, mo_hi = _abs_max_elems(oc, 1, True)
+            m_lo = gl.maximum(me_lo, mo_lo)
+            m_hi = gl.maximum(me_hi, mo_hi)
         else:  # element columns 2w (the words' low halves) and 2w + 1 from one halfword max
             m = _max_u16x2(_abs_max16(ec, 1), _abs_max16(oc, 1))
             m_lo = m << 16
@@ -378,12 +407,13 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
 
 @gluon.jit
 def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.constexpr, BM: gl.constexpr,
-                 BK: gl.constexpr, NW: gl.constexpr, ITERS: gl.constexpr):
+                 BK: gl.constexpr, NW: gl.constexpr, ITERS: gl.constexpr, F32: gl.constexpr = False):
     """strip._strip_amax_kernel's two tensor amaxes (atomic max of |y| bits: the row copy's at
     AMAX_BITS[0], the column copy's at [1], after an RHT of 16 if RN_C) on _rowcol_kernel's
     one-lane tiling: a row's amax by halfword max.u16x2 on the words, the column RHT's f64
     butterflies in one thread (_rht16_col), where the strip kernel's cross lanes. A program
-    takes ITERS row tiles, the next one's words in flight, and makes two atomics."""
+    takes ITERS row tiles, the next one's words in flight, and makes two atomics. F32: x is
+    f32 (two elements a 64-bit word; the row amax by integer max on the bits)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = 8
@@ -396,7 +426,7 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
     k = gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(1, LR)))[None, None, :]
     w = pid_c * W + g * WB + k
     p = gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LC)))[None, :, None]
-    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    XW = X.to(gl.pointer_type(gl.int64 if F32 else gl.int32), bitcast=True)
     t0 = pid_r * ITERS
     e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)
     o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)
@@ -412,18 +442,24 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
             r1 = (t0 + it + 1) * H
             e_next = gl.load(XW + (2 * (r1 + i)) * (C // 2) + w)
             o_next = gl.load(XW + (2 * (r1 + i) + 1) * (C // 2) + w)
-        m = _max_u16x2(_abs_max16(e, 2), _abs_max16(o, 2))
-        m_r = _max_u16x2(m_r, gl.reduce(gl.reduce(m, 1, _max_u16x2), 0, _max_u16x2))
+        if F32:  # f32 bits: m_r the row amax's bits itself
+            e_lo, e_hi = _abs_max_elems(e, 2, True)
+            o_lo, o_hi = _abs_max_elems(o, 2, True)
+            m = gl.maximum(gl.maximum(e_lo, e_hi), gl.maximum(o_lo, o_hi))
+            m_r = gl.maximum(m_r, gl.max(gl.max(m, axis=1), axis=0))
+        else:
+            m = _max_u16x2(_abs_max16(e, 2), _abs_max16(o, 2))
+            m_r = _max_u16x2(m_r, gl.reduce(gl.reduce(m, 1, _max_u16x2), 0, _max_u16x2))
         if RN_C > 0:
             ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
             oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
-            e_lo, e_hi = _halves(ec)
-            o_lo, o_hi = _halves(oc)
+            e_lo, e_hi = _elems(ec, F32)
+            o_lo, o_hi = _elems(oc, F32)
             e_lo, o_lo = _rht16_col(e_lo, o_lo, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
             e_hi, o_hi = _rht16_col(e_hi, o_hi, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
             mc = gl.maximum(_abs_max_col(e_lo, o_lo), _abs_max_col(e_hi, o_hi))
             m_c = gl.maximum(m_c, gl.max(gl.max(mc, axis=1), axis=0))
-    row = gl.maximum(m_r << 16, m_r & -65536)
+    row = m_r if F32 else gl.maximum(m_r << 16, m_r & -65536)
     gl.atomic_max(AMAX_BITS, row)
     gl.atomic_max(AMAX_BITS + 1, m_c if RN_C > 0 else row)
 
@@ -443,19 +479,20 @@ def amax_config(rn_c: int) -> Config:
 
 
 def amax_applies(x: torch.Tensor, rht: tuple, config: tuple | None = None) -> bool:
-    """Whether _amax_kernel serves this row+col call's amax pass: bf16, R a multiple of
-    BM x ITERS and C of BK, no row RHT, a column RHT of 16 or none."""
+    """Whether _amax_kernel serves this row+col call's amax pass: bf16 or f32, R a multiple
+    of BM x ITERS and C of BK, no row RHT, a column RHT of 16 or none."""
     config = Config(*(config or amax_config(rht[1])))
     R, C = x.shape
-    return (x.dtype == torch.bfloat16 and rht[0] == 0 and rht[1] in (0, 16)
+    return (x.dtype in INPUTS and rht[0] == 0 and rht[1] in (0, 16)
             and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
 
 
-def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None) -> tuple[tuple, dict]:
-    """(grid, constexprs) of _amax_kernel for an (R, C) input with a column RHT of rn_c."""
+def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: bool = False) -> tuple[tuple, dict]:
+    """(grid, constexprs) of _amax_kernel for an (R, C) input (f32: an f32 one) with a
+    column RHT of rn_c."""
     config = Config(*(config or amax_config(rn_c)))
     consts = dict(RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, BM=config.bm, BK=config.bk,
-                  NW=config.warps, ITERS=config.iters, num_warps=config.warps)
+                  NW=config.warps, ITERS=config.iters, F32=f32, num_warps=config.warps)
     return (R // (config.bm * config.iters), C // config.bk), consts
 
 
@@ -472,9 +509,13 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
     decoded_ok = not any(xhat_on) or (unscaled and xhat_dtype in (torch.bfloat16, torch.float16))
     rounding_ok = rounding_r == rounding_c and (rounding_r == "rtne" or rounding_r == "sr16" and spec.block == 16)
     rht_ok = rn_r == 0 and (rn_c == 0 or rn_c == 16 and one_lane_fits(spec.block, config))
-    return (x.dtype == torch.bfloat16 and spec.packed and spec.block in (16, 32) and not spec.tile_2d
+    return (x.dtype in INPUTS and spec.packed and spec.block in (16, 32) and not spec.tile_2d
             and not spec.per_tensor and rounding_ok and rht_ok and one_each and decoded_ok
             and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
+
+
+# The input dtypes: two bf16 a 32-bit word, or two f32 a 64-bit one (the F32 constexpr).
+INPUTS = (torch.bfloat16, torch.float32)
 
 
 def one_lane_fits(block: int, config: Config) -> bool:
@@ -503,16 +544,16 @@ def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
     return (R // (config[0] * config[3]), C // config[1])
 
 
-def compile_amax_sm90(rn_c: int, config: tuple | None = None):
+def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False):
     """_amax_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    _, consts = amax_launch(1, 1, rn_c, config)
+    _, consts = amax_launch(1, 1, rn_c, config, f32)
     warps = consts.pop("num_warps")
     fn = _amax_kernel
-    sig = dict(X="*bf16", AMAX_BITS="*i32", SIGNS_C="*fp32", R="i32", C="i32", **{k: "constexpr" for k in consts})
+    sig = dict(X="*fp32" if f32 else "*bf16", AMAX_BITS="*i32", SIGNS_C="*fp32", R="i32", C="i32", **{k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("X", "R", "C")}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
@@ -520,7 +561,7 @@ def compile_amax_sm90(rn_c: int, config: tuple | None = None):
 
 def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False,
                  maxnreg: int | None = None, xhat_c: bool = False, mode: int = 0, seed_ptr: bool = False,
-                 rn_c: int = 0):
+                 rn_c: int = 0, f32: bool = False):
     """_rowcol_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the
     CPU tier checks (tests/unit/test_rowcol_gluon.py)."""
     import triton
@@ -528,11 +569,11 @@ def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, x
     from triton.experimental.gluon._runtime import GluonASTSource
 
     consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r, XHAT_C_ON=xhat_c, MODE=mode,
-                  SEED_PTR=seed_ptr, RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0)
+                  SEED_PTR=seed_ptr, RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, F32=f32)
     warps = consts.pop("num_warps")
     maxnreg = consts.pop("maxnreg", maxnreg)
     fn = _rowcol_kernel
-    types = dict(X="*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32",
+    types = dict(X="*fp32" if f32 else "*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32",
                  TS_OUT="*fp32", SIGNS_C="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64",
                  offset_c="i64")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}

@@ -103,18 +103,20 @@ pub struct Eff {
 /// time (the kernels an op launched, no host waits): one call of fourcast's Triton
 /// quantizer is `call_s + elems * s_per_elem + rotated * (rht or strip_rht)_s_per_elem +
 /// stochastic * sr_s_per_elem + stochastic4 * sr4_s_per_elem + stochastic16 *
-/// sr16_s_per_elem + amax * amax_s_per_elem + programs * amax_tile_s - overlapped *
+/// sr16_s_per_elem + amax pass + programs * amax_tile_s - overlapped *
 /// prefetch_saving_s_per_elem - stochastic16 * sr16_int_saving_s_per_elem - gathered *
-/// gather_saving_s_per_elem` (amax: the input elements when the call measures a tensor
-/// amax; rounding "sr" draws one Philox4x32-10 per element and copy, "sr4" one per four
-/// elements, "sr16" one per sixteen; the sr16 term only for quantizer revisions whose sr16
-/// rounds in integers, the gather term only for revisions that gather, ops.rs
-/// `quant_kernel`). Both kinds of call run the strip kernel; a call with SR uses its
-/// narrower SR tile, which prices its rotation differently (`rht_s_per_elem`) from the
-/// plain tile (`strip_rht_s_per_elem`). From revision 13 an RTNE row+col call without an
-/// RHT on 4-bit formats with 1-D blocks runs the Gluon kernel instead: `call_s + amax pass +
-/// gluon_time_factor * (that price - call_s - amax pass)` (the amax pass, `amax *
-/// amax_s_per_elem`, is the strip kernel's on either route); from revision 14 at
+/// gather_saving_s_per_elem` (the amax pass: `amax * amax_s_per_elem`, plus `amax *
+/// amax_rht_s_per_elem` when a copy has an RHT, whose amax the pass measures rotated;
+/// amax: the input elements when the call measures a tensor amax; rounding "sr" draws one
+/// Philox4x32-10 per element and copy, "sr4" one per four elements, "sr16" one per
+/// sixteen; the sr16 term only for quantizer revisions whose sr16 rounds in integers, the
+/// gather term only for revisions that gather, ops.rs `quant_kernel`). Both kinds of call
+/// run the strip kernel; a call with SR uses its narrower SR tile, which prices its
+/// rotation differently (`rht_s_per_elem`) from the plain tile (`strip_rht_s_per_elem`).
+/// From revision 13 an RTNE row+col call without an RHT on 4-bit formats with 1-D blocks
+/// runs the Gluon kernel instead: `call_s + amax pass + gluon_time_factor * (that price -
+/// call_s - amax pass)` (the amax pass is its own kernel on either route, scaled by
+/// `gluon_amax(_rht)_time_factor` from revision 15); from revision 14 at
 /// `gluon_one_lane_time_factor`, its "sr16" calls with blocks of 16 at
 /// `gluon_sr16_time_factor` and its calls with a column RHT of 16 at `gluon_rht_time_factor`
 /// (from revision 16 the RTNE ones at `gluon_rht_rtne_time_factor`, the "sr16" ones with a
@@ -130,6 +132,9 @@ pub struct EmulCost {
     pub sr16_s_per_elem: f64,
     /// Per input element of a call's amax pass (two-level formats measuring their amax).
     pub amax_s_per_elem: f64,
+    /// Extra per input element of the amax pass of a call with an RHT on any copy (the pass
+    /// rotates to measure the rotated copy's amax).
+    pub amax_rht_s_per_elem: f64,
     /// Per strip-kernel program of a call that records the amax in-kernel (single-level formats).
     pub amax_tile_s: f64,
     /// Saved per element written whose tile's load overlapped the previous tile's quantize
@@ -155,10 +160,13 @@ pub struct EmulCost {
     pub gluon_rht_rtne_time_factor: f64,
     /// As `gluon_rht_time_factor`, for the "sr16" ones whose column copy is decoded (revision 16 on).
     pub gluon_rht_decoded_time_factor: f64,
+    /// As `gluon_time_factor`, for every call of an f32 input (revision 17 on).
+    pub gluon_f32_time_factor: f64,
     /// A row+col call's amax pass on rowcol_gluon.py's kernel (revision 15 on; no RHT) costs
     /// this fraction of strip.py's (`amax_s_per_elem` per input element).
     pub gluon_amax_time_factor: f64,
-    /// As `gluon_amax_time_factor`, for an amax pass with a column RHT of 16.
+    /// As `gluon_amax_time_factor`, for an amax pass with a column RHT of 16 (of strip.py's
+    /// whole rotated pass, `amax_rht_s_per_elem` included).
     pub gluon_amax_rht_time_factor: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
@@ -306,6 +314,7 @@ impl Hw {
                         .or(e.triton_quant_sr_ns_per_elem.as_ref()),
                 ),
                 amax_s_per_elem: optional_ns(&e.triton_quant_amax_ns_per_elem),
+                amax_rht_s_per_elem: optional_ns(&e.triton_quant_amax_rht_ns_per_elem),
                 amax_tile_s: optional_ns(&e.triton_quant_amax_tile_ns),
                 prefetch_saving_s_per_elem: optional_ns(
                     &e.triton_quant_prefetch_saving_ns_per_elem,
@@ -326,6 +335,7 @@ impl Hw {
                 gluon_rht_decoded_time_factor: optional_factor(
                     &e.triton_quant_gluon_rht_decoded_time_factor,
                 ),
+                gluon_f32_time_factor: optional_factor(&e.triton_quant_gluon_f32_time_factor),
                 gluon_amax_time_factor: optional_factor(&e.triton_quant_gluon_amax_time_factor),
                 gluon_amax_rht_time_factor: optional_factor(
                     &e.triton_quant_gluon_amax_rht_time_factor,

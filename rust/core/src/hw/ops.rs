@@ -192,7 +192,7 @@ const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
 /// absent.
-pub const QUANT_REV: u32 = 16;
+pub const QUANT_REV: u32 = 17;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
@@ -225,6 +225,10 @@ struct QuantKernel {
     /// RTNE calls with the RHT (TE's X call) run two row tiles a program, at
     /// `gluon_rht_rtne_time_factor`.
     te_calls: bool,
+    /// rowcol_gluon.py and its amax pass take f32 inputs too (session 19 on, revision 17: a
+    /// LayerNorm's output under autocast): the kernel at `gluon_f32_time_factor`, the amax
+    /// pass at the bf16 passes' factors.
+    f32_in: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -243,6 +247,7 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
         one_lane: rev >= 14,
         gluon_amax: rev >= 15,
         te_calls: rev >= 16,
+        f32_in: rev >= 17,
     })
 }
 
@@ -254,8 +259,8 @@ struct Written {
     col_packed: bool,
     /// No copy is written into a fake-quant container.
     no_container: bool,
-    /// The input is 16-bit (bf16): rowcol_gluon.py's kernels read nothing else, so an f32
-    /// input (a LayerNorm's output under autocast) keeps strip.py's kernels.
+    /// The input is 16-bit (bf16): rowcol_gluon.py's kernels read nothing else before
+    /// revision 17, so an f32 input (a LayerNorm's output under autocast) kept strip.py's.
     bf16_in: bool,
 }
 
@@ -300,6 +305,14 @@ fn emulated_quant_s(
             // every copy that needs a tensor amax, as the native model's refresh rule says.
             let measures = refresh == 1 && outs.iter().any(|o| o.fmt.scale.needs_tensor_amax());
             let amax = if measures { numel } else { 0.0 };
+            // With an RHT on a copy the pass rotates to measure that copy's amax: strip.py's
+            // rotated pass costs 2.5-2.9x its plain one (kernels-h200.md session 18 item 5).
+            let amax_rht_s = if rotated > 0.0 {
+                e.amax_rht_s_per_elem
+            } else {
+                0.0
+            };
+            let amax_pass_s = amax * (e.amax_s_per_elem + amax_rht_s);
             let sr_any = stochastic + stochastic4 + stochastic16 > 0.0;
             // The kernel that runs (kernels/quantize.py rowcol_route): the strip kernel
             // unless a copy uses SR; each prices its rotation differently.
@@ -345,16 +358,20 @@ fn emulated_quant_s(
                 && outs.len() == 2
                 && outs[0].rht == 0
                 && outs[1].rht == 16;
+            let gluon_input = written.bf16_in || kernel.f32_in;
             let on_gluon = kernel.gluon
                 && written.no_container
-                && written.bf16_in
+                && gluon_input
                 && outs.len() == 2
                 && (!sr_any || all_sr16)
                 && (rotated == 0.0 || column_rht16)
                 && outs.iter().all(|o| {
                     o.fmt.elem.bits() == 4 && !o.fmt.tile_2d && matches!(o.fmt.block, 16 | 32)
                 });
+            // An f32 input's call moves twice the input bytes: it runs near copy bandwidth on
+            // either kernel, so it keeps a factor of its own (revision 17 on).
             let gluon_factor = match (kernel.one_lane, rotated > 0.0, sr_any) {
+                _ if !written.bf16_in => e.gluon_f32_time_factor,
                 (false, _, _) => e.gluon_time_factor,
                 (true, true, false) if kernel.te_calls => e.gluon_rht_rtne_time_factor,
                 (true, true, true) if kernel.te_calls && !written.col_packed => {
@@ -370,7 +387,7 @@ fn emulated_quant_s(
                 + stochastic * e.sr_s_per_elem
                 + stochastic4 * e.sr4_s_per_elem
                 + stochastic16 * e.sr16_s_per_elem
-                + amax * e.amax_s_per_elem
+                + amax_pass_s
                 + if refresh == 1 {
                     in_kernel_amax_programs(numel, outs, sr_any, max_iters) * e.amax_tile_s
                 } else {
@@ -386,10 +403,9 @@ fn emulated_quant_s(
             // The amax pass is its own kernel on either route: the Gluon factor scales only
             // the quantizing kernel after it. From revision 15 the pass is rowcol_gluon.py's
             // where it applies, at its measured fraction of strip.py's (kernels-h200.md,
-            // session 18), else strip.py's (the fitted amax term).
-            let amax_pass_s = amax * e.amax_s_per_elem;
+            // session 18), else strip.py's (the fitted amax terms).
             let gluon_amax = kernel.gluon_amax
-                && written.bf16_in
+                && gluon_input
                 && outs.len() == 2
                 && outs[0].rht == 0
                 && matches!(outs[1].rht, 0 | 16);

@@ -191,6 +191,11 @@ pub struct Emulation {
     /// formats, refresh 1; absent: 0, the per-element terms then carry it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_amax_ns_per_elem: Option<Num>,
+    /// Extra per input element of the amax pass of a call with an RHT on any copy: the pass
+    /// rotates to measure the rotated copy's amax (strip.py's costs 2.5-2.9x its pass without,
+    /// kernels-h200.md session 18 item 5; absent: 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_amax_rht_ns_per_elem: Option<Num>,
     /// Per strip-kernel program in calls that record the amax in-kernel (single-level block
     /// formats: two atomics per program on the same two words; a program takes one or more
     /// tiles, ops.rs `in_kernel_amax_programs`; absent: 0).
@@ -238,11 +243,16 @@ pub struct Emulation {
     /// (quantizer revision 16 on: TE's dY call) (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_rht_decoded_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_time_factor`, for the calls of an f32 input that quantizer
+    /// revision 17 on runs on rowcol_gluon.py (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_f32_time_factor: Option<Num>,
     /// A row+col call's amax pass on rowcol_gluon.py's kernel (quantizer revision 15 on, no
     /// RHT) over strip.py's, applied to `triton_quant_amax_ns_per_elem` (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_amax_time_factor: Option<Num>,
-    /// As `triton_quant_gluon_amax_time_factor`, with a column RHT of 16.
+    /// As `triton_quant_gluon_amax_time_factor`, with a column RHT of 16: applied to the whole
+    /// rotated pass, `triton_quant_amax_rht_ns_per_elem` included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_amax_rht_time_factor: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
@@ -467,6 +477,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_amax_ns_per_elem",
                         &em.triton_quant_amax_ns_per_elem,
+                    ),
+                    (
+                        "emulation.triton_quant_amax_rht_ns_per_elem",
+                        &em.triton_quant_amax_rht_ns_per_elem,
                     ),
                     (
                         "emulation.triton_quant_amax_tile_ns",

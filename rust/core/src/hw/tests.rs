@@ -1050,14 +1050,95 @@ fn emulated_gluon_amax_pass_is_priced_per_element_from_revision_15() {
             e.gluon_amax_time_factor,
         ),
     ] {
+        // a rotated call's pass carries the rotated amax term too (0 where the file has none)
+        let rotated = if outs.contains("rht") {
+            e.amax_rht_s_per_elem
+        } else {
+            0.0
+        };
         let saved = price(&outs, rev14) - price(&outs, rev15);
         assert!(
-            (saved - n * e.amax_s_per_elem * (1.0 - factor)).abs() < 1e-12,
+            (saved - n * (e.amax_s_per_elem + rotated) * (1.0 - factor)).abs() < 1e-12,
             "{outs}: {saved}"
         );
     }
     let row_rht = r#"{"format": "nvfp4", "rht": 16}, {"format": "nvfp4"}"#;
     assert_eq!(price(row_rht, rev14), price(row_rht, rev15));
+}
+
+#[test]
+fn emulated_amax_pass_of_a_rotated_call_adds_the_rotated_amax_term() {
+    // A call with an RHT on any copy measures the rotated copy's amax: its amax pass costs
+    // amax_rht_s_per_elem more per input element (strip.py's rotated pass 2.5-2.9x its plain
+    // one, kernels-h200.md session 18 item 5), at every revision. From revision 15
+    // rowcol_gluon's rotated pass (a column RHT of 16) scales it with the rest of the pass.
+    // An unrotated call, an amax given and a format without a tensor scale add nothing.
+    let zero = {
+        let mut h = hw("h200");
+        h.emulation = Some(EmulCost {
+            amax_rht_s_per_elem: 0.0,
+            ..h.emulation.unwrap()
+        });
+        h
+    };
+    let e = EmulCost {
+        amax_rht_s_per_elem: 2e-12,
+        ..zero.emulation.unwrap()
+    };
+    let with = Hw {
+        emulation: Some(e),
+        ..zero.clone()
+    };
+    let n = 75497472.0;
+    let extra = |outs: &str, refresh: u32, rev: u32| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": {n}, "impl": "fourcast-triton", "refresh": {refresh}, "quant_rev": {rev}, "outputs": [{outs}]}}"#
+        );
+        let op = parse_op(&op).unwrap();
+        op_time(&with, &op).unwrap().detail["emulation_s"]
+            - op_time(&zero, &op).unwrap().detail["emulation_s"]
+    };
+    let te_x = r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#;
+    let sr16 = r#""sr": true, "sr16": true"#;
+    let te_dy = format!(
+        r#"{{"format": "nvfp4", "decoded": true, {sr16}}}, {{"format": "nvfp4", "decoded": true, "rht": 16, {sr16}}}"#
+    );
+    let full = n * e.amax_rht_s_per_elem;
+    let gluon = full * e.gluon_amax_rht_time_factor;
+    assert!(gluon > 0.0 && gluon < full);
+    for (outs, rev, want) in [
+        (te_x, 12, full), // strip.py's quantizer and amax pass
+        (te_x, 14, full), // rowcol_gluon quantizes, strip.py's amax pass
+        (te_x, 15, gluon),
+        (te_x, QUANT_REV, gluon),
+        (&te_dy, 14, full),
+        (&te_dy, QUANT_REV, gluon),
+        // a row RHT keeps strip.py's pass, as does a call of one copy
+        (
+            r#"{"format": "nvfp4", "rht": 16}, {"format": "nvfp4"}"#,
+            QUANT_REV,
+            full,
+        ),
+        (r#"{"format": "nvfp4", "rht": 16}"#, QUANT_REV, full),
+        (r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#, 12, 0.0),
+        (
+            r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#,
+            QUANT_REV,
+            0.0,
+        ),
+        (
+            r#"{"format": "mxfp4"}, {"format": "mxfp4", "rht": 32}"#,
+            QUANT_REV,
+            0.0,
+        ),
+    ] {
+        let got = extra(outs, 1, rev);
+        assert!(
+            (got - want).abs() < 1e-15,
+            "{outs} rev {rev}: {got} vs {want}"
+        );
+    }
+    assert_eq!(extra(te_x, 10, QUANT_REV), 0.0); // the amax given: no pass
 }
 
 #[test]
@@ -1253,4 +1334,37 @@ fn emulated_gathered_column_stores_save_per_input_element_of_a_packed_column_cop
         0.0
     );
     assert_eq!(saved(r#"{"format": "ue5m3"}"#, ""), 0.0); // one copy: no strip kernel
+}
+
+#[test]
+fn emulated_f32_inputs_run_the_gluon_kernels_from_revision_17() {
+    // An f32 input (src_bytes 4: a LayerNorm's output under autocast) kept strip.py's kernels
+    // up to revision 16 (rowcol_gluon.py read bf16 only); from 17 it runs rowcol_gluon.py at
+    // `gluon_f32_time_factor` and its amax pass at the bf16 passes' factors.
+    let hw = h200_with_all(&[
+        ("emulation.triton_quant_gluon_f32_time_factor", "0.5"),
+        ("emulation.triton_quant_gluon_rht_rtne_time_factor", "0.25"),
+    ]);
+    let price = |src: f64, rev: u32, refresh: u32| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": 25165824, "impl": "fourcast-triton", "refresh": {refresh}, "src_bytes": {src}, "quant_rev": {rev}, "outputs": [{{"format": "nvfp4", "decoded": true}}, {{"format": "nvfp4", "rht": 16}}]}}"#
+        );
+        op_time(&hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    let e = hw.emulation.unwrap();
+    for refresh in [1, 10] {
+        assert_eq!(price(4.0, 16, refresh), price(4.0, 12, refresh));
+        assert!(price(4.0, 16, refresh) > price(2.0, 16, refresh));
+        assert_eq!(price(2.0, 17, refresh), price(2.0, 16, refresh));
+        // the same call cost and amax pass (strip's: what refresh 1 adds to the strip price);
+        // the kernel beyond them at 0.5 against the bf16 call's 0.25
+        let strip = price(2.0, 12, refresh);
+        let pass = strip - price(2.0, 12, 10);
+        let kernel = strip - e.call_s - pass;
+        let gap = price(4.0, 17, refresh) - price(2.0, 17, refresh);
+        assert!(
+            (gap - 0.25 * kernel).abs() < 1e-12,
+            "{refresh}: {gap} {kernel}"
+        );
+    }
 }
