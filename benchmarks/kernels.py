@@ -359,7 +359,8 @@ def _same_tensors(got, want) -> bool:
 
 
 # rowcol_gluon.Config fields: (BM, BK, warps, row tiles a program, maxnreg, one lane a block of 16)
-GLUON_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 128, 8, 2, None, False))
+GLUON_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 128, 8, 2, None, False),
+               (64, 128, 4, 1, None, True))
 
 
 @section("rowcol gluon: the Gluon row+col quantizer per tile, against the strip kernel")
@@ -381,6 +382,7 @@ def rowcol_gluon():
         amax = x.abs().amax().float()
         dy_call = ((False, False), (True, True))
         s16 = ref.rht_signs(16, "te").to(DEV)
+        s32 = ref.rht_signs(32, "per-layer", 1).to(DEV)
         calls = (("row+col nvfp4 delayed (codes)", nv, "rtne", packed, 2, False, 0, lambda: qk.quantize_rowcol(
                      x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)),
                  ("row+col mxfp4 (codes)", mx, "rtne", packed, 2, False, 0, lambda: qk.quantize_rowcol(
@@ -396,6 +398,11 @@ def rowcol_gluon():
                  ("dY nvfp4: decoded row + col, col RHT16+SR16 (TE dY)", nv, "sr16", dy_call, 2, True, 16,
                   lambda: ops.rowcol_operands(x, nv, rounding="sr16", seed=1, rht_col=(16, s16), tensor_amax=amax,
                                               tensor_amax_col=amax, outputs=("decoded", "decoded"))),
+                 ("X mxfp4: RHT32 decoded row + SR16 packed col", mx, ("rtne", "sr16"), x_call, (1, 1), None,
+                  (32, 0), lambda: ops.rowcol_operands(x, mx, rounding="rtne", rounding_col="sr16", seed=1,
+                                                       rht=(32, s32), outputs=("decoded", "packed"))),
+                 ("dY mxfp4: decoded row + col, SR16", mx, "sr16", dy_call, 2, True, 0,
+                  lambda: ops.rowcol_operands(x, mx, rounding="sr16", seed=1, outputs=("decoded", "decoded"))),
                  ("X f32: decoded row + packed col, ue5m3 delayed", ue, "rtne", x_call, (1, 1), None, 0,
                   lambda: ops.rowcol_operands(x32, ue, tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))),
@@ -405,7 +412,9 @@ def rowcol_gluon():
                  ("X nvfp4: decoded row + packed col RHT16", nv, "rtne", x_call, (1, 1), None, 16,
                   lambda: ops.rowcol_operands(x, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))))
-        for name, f, rounding, (codes_on, xhat_on), copies, xhat, rn_c, fn in calls:
+        for name, f, rounding, (codes_on, xhat_on), copies, xhat, rht, fn in calls:
+            rounding_r, rounding_c = (rounding, rounding) if isinstance(rounding, str) else rounding
+            rht = (0, rht) if isinstance(rht, int) else rht  # (row, column) RHT sizes
             if ARGS.variants and not name.startswith(tuple(ARGS.variants.split(","))):
                 continue
             src = x32 if " f32" in name else x
@@ -422,9 +431,9 @@ def rowcol_gluon():
                     qk.CONFIG_OVERRIDE["rowcol_gluon"] = tile
                     try:
                         routed = _route("gluon", lambda: qk._gluon_rowcol_ok(
-                            src, qk.parse_fmt(f), rounding, rounding, (0, rn_c), codes_on, xhat_on, True,
+                            src, qk.parse_fmt(f), rounding_r, rounding_c, rht, codes_on, xhat_on, True,
                             torch.bfloat16))
-                        if not routed and rn_c:  # a column RHT needs the one-lane layouts
+                        if not routed:  # an RHT or "sr16" on blocks of 32 needs the one-lane layouts
                             continue
                         if sample == 0:
                             same = routed and _same_tensors(_route("gluon", fn), want)

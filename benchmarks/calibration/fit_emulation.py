@@ -14,11 +14,11 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   do not. The script prints the clock that alone would close the BF16 GEMM class, as
   the check of that reading.
 - quantize: `emulation.triton_quant_*` (fourcast's Triton quantizers: per call, per element
-  written, per rotated element in calls with SR (split / transposing kernels) and in calls
-  without (the strip kernel), per stochastically rounded element, per input element of an
-  amax pass, and again of a rotated call's amax pass, which measures the rotated copy's
-  amax), least squares weighted by calls, on the quantize ops of QUANT_FIT; QUANT_HELD_OUT
-  are predicted, not fitted. These runs must be one-tile runs (below).
+  written, per rotated element in calls with SR (the strip kernel's SR tile; an RHT of 16, TE's
+  dY call, apart from the others) and in calls without (its plain tile), per stochastically
+  rounded element, per input element of an amax pass, and again of a rotated call's amax pass,
+  which measures the rotated copy's amax), least squares weighted by calls, on the quantize
+  ops of QUANT_FIT; QUANT_HELD_OUT are predicted, not fitted. These runs must be one-tile runs (below).
 - prefetch: `emulation.triton_quant_prefetch_saving_ns_per_elem` (--prefetch-fit): what a
   strip program of several row tiles saves per overlapped element written (ITERS - 1 of
   ITERS tiles), fitted on the per-call drop of the same row+col calls from a run with one
@@ -39,14 +39,15 @@ profiles with the fitted terms (a second model size and attention shape: all hel
   terms are fitted and written (the other fits do not run). benchmarks/calibration/
   quantize_calls.py lists the calls and their errors.
 - per call, within the pins: --pin-fit refits --pin-terms (default: every CALL_TERMS term) on
-  every quantize call of the given runs (default: training-h200 runs 10-21), constrained so
+  every quantize call of the given runs (default: training-h200 runs 10-22), constrained so
   that every quantize class pinned in tests/unit/test_project.py (QUANT_PINS) stays inside its
-  bound less --pin-margin and no call kind of --pin-keep (default runs 18 and 21: the last
-  strip-kernel run, the current kernels' run) gets a larger max |error| or a wider range
-  (pin_problem; the class errors are linear in the terms). Least squares of the relative
-  error per call (Lawson-Hanson LSI) and the least max |error| (a linear program), both
-  printed; --write writes the first. Needs scipy (not a fourcast dependency: imported only
-  here).
+  bound less --pin-margin and no call kind of --pin-keep (default runs 18 and 22: the last
+  strip-kernel run, the current kernels' run, revision 17) gets a larger max |error| or a
+  wider range than the file gives it (pin_problem; the class errors are linear in the terms).
+  Least squares of the relative error per call (Lawson-Hanson LSI) and the least max |error|
+  (a linear program), both printed; --write writes the first. --pin-hold TERM=V sets terms
+  measured elsewhere (a kernel benchmark) and leaves them out of the fit. Needs scipy (not a
+  fourcast dependency: imported only here).
 
 Quantizer revisions: profiles up to run 17 do not record which quantizer kernels ran, so `quant_rev_of`
 tags a committed run with the session whose kernels did (as project.project(quant_rev=...)
@@ -65,7 +66,7 @@ time the GPU waited for the host.
     python benchmarks/calibration/fit_emulation.py [--runs DIR] [--check-runs DIR...] [--measure gpu] [--write]
     python benchmarks/calibration/fit_emulation.py --call-fit RUN[,RUN...] [--check-runs DIR...] [--write]
     python benchmarks/calibration/fit_emulation.py --pin-fit [RUN[,RUN...]] [--pin-terms T,...]
-        [--pin-keep RUN,...] [--pin-margin M] [--write]
+        [--pin-keep RUN,...] [--pin-margin M] [--pin-hold TERM=V ...] [--pin-hold-source S] [--write]
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def run_dir(recipe: str) -> pathlib.Path:
 
 
 STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
-QUANT_REV = 17  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
+QUANT_REV = 18  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
 
 
 def quant_kernel(rev: int | None) -> tuple[int, bool]:
@@ -147,9 +148,9 @@ def profile(recipe: str) -> dict:
 
 
 QUANT_TERMS = ("triton_quant_call_us", "triton_quant_ns_per_elem", "triton_quant_rht_ns_per_elem",
-               "triton_quant_strip_rht_ns_per_elem", "triton_quant_sr_ns_per_elem", "triton_quant_sr4_ns_per_elem",
-               "triton_quant_sr16_ns_per_elem", "triton_quant_amax_ns_per_elem", "triton_quant_amax_rht_ns_per_elem",
-               "triton_quant_amax_tile_ns")  # quant_features' columns
+               "triton_quant_rht16_sr_ns_per_elem", "triton_quant_strip_rht_ns_per_elem", "triton_quant_sr_ns_per_elem",
+               "triton_quant_sr4_ns_per_elem", "triton_quant_sr16_ns_per_elem", "triton_quant_amax_ns_per_elem",
+               "triton_quant_amax_rht_ns_per_elem", "triton_quant_amax_tile_ns")  # quant_features' columns
 
 
 def strip_tiles(q: dict, max_iters: int) -> tuple[float, float]:
@@ -181,16 +182,17 @@ def measures_amax(q: dict) -> bool:
 
 
 def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
-    """[1, elements written, rotated with SR, rotated without SR (strip kernel), rounded "sr",
-    rounded "sr4", rounded "sr16", amax-pass elements, amax-pass elements of rotated calls,
-    in-kernel amax programs] of a quantize op, as Rust counts them (the amax pass: refresh 1
-    and a format with a tensor scale; rotated: a copy with an RHT, whose amax the pass
-    measures rotated; in-kernel amax: formats without one, two atomics per strip program,
-    ops.rs in_kernel_amax_programs). max_iters: the most row tiles a strip program took (1 in
-    runs up to 14)."""
+    """[1, elements written, rotated with SR (by an RHT other than 16), rotated with SR by an RHT
+    of 16, rotated without SR (strip kernel), rounded "sr", rounded "sr4", rounded "sr16",
+    amax-pass elements, amax-pass elements of rotated calls, in-kernel amax programs] of a
+    quantize op, as Rust counts them (the amax pass: refresh 1 and a format with a tensor
+    scale; rotated: a copy with an RHT, whose amax the pass measures rotated; in-kernel amax:
+    formats without one, two atomics per strip program, ops.rs in_kernel_amax_programs).
+    max_iters: the most row tiles a strip program took (1 in runs up to 14)."""
     n = float(q["numel"])
     copies = [2.0 if o.get("transposed_copy") else 1.0 for o in q["outputs"]]
     rotated = n * sum(c for c, o in zip(copies, q["outputs"]) if o.get("rht", 0) > 0)
+    rotated16 = n * sum(c for c, o in zip(copies, q["outputs"]) if o.get("rht", 0) == 16)
 
     def rounded(group: int) -> float:
         return n * sum(c for c, o in zip(copies, q["outputs"])
@@ -206,7 +208,8 @@ def quant_features(q: dict, max_iters: int = STRIP_ITERS) -> list[float]:
         tiles, iters = strip_tiles(q, max_iters)
         programs = tiles / iters
     amax = n if measures else 0.0
-    return [1.0, n * sum(copies), 0.0 if strip else rotated, rotated if strip else 0.0, sr, sr4, sr16,
+    with_sr = [0.0, 0.0] if strip else [rotated - rotated16, rotated16]  # the SR tile's RHTs: others, 16
+    return [1.0, n * sum(copies), *with_sr, rotated if strip else 0.0, sr, sr4, sr16,
             amax, amax if rotated else 0.0, programs]
 
 
@@ -355,7 +358,8 @@ def on_gluon(q: dict, rev: int | None) -> bool:
     RTNE row+col call of a bf16 input (from 17 f32 too) without an RHT on 4-bit formats with 1-D blocks of 16 or 32, no
     fake-quant container; from revision 14 also such a call with "sr16" on both copies and
     blocks of 16, or with an RHT of 16 on a packed column copy alone, blocks of 16; from 16
-    on a decoded column copy too; emulated_quant_s `on_gluon`)."""
+    on a decoded column copy too; from 18 "sr16" on blocks of 32, a rounding for each copy and
+    a row RHT of the block size; emulated_quant_s `on_gluon`)."""
     rev = QUANT_REV if rev is None else rev
     outs = q.get("outputs", [])
     if len(outs) != 2 or (q.get("src_bytes", 2) != 2 and rev < 17):  # bf16 only before 17
@@ -363,11 +367,22 @@ def on_gluon(q: dict, rev: int | None) -> bool:
     blocks16 = all(o["format"].get("block") == 16 for o in outs)
     rtne = not any(o.get("sr") for o in outs)
     sr16 = rev >= 14 and blocks16 and all(o.get("sr") and o.get("sr16") for o in outs)
+    sr16 = sr16 or (rev >= 18 and not rtne and _sr16_only(outs))  # each copy its own rounding
     rht = [o.get("rht", 0) for o in outs]
     col_rht16 = rev >= 14 and blocks16 and rht == [0, 16] and (rev >= 16 or not outs[1].get("decoded"))
-    return (rev >= 13 and (rtne or sr16) and (rht == [0, 0] or col_rht16)
+    return (rev >= 13 and (rtne or sr16) and (rht == [0, 0] or col_rht16 or _row_rht(outs, rev))
             and all(o["format"]["element"] in FOUR_BIT and not o["format"].get("tile_2d")
                     and o["format"].get("block") in (16, 32) and not o.get("container") for o in outs))
+
+
+def _sr16_only(outs: list) -> bool:
+    """Every copy rounded stochastically uses "sr16"."""
+    return all(o.get("sr16") for o in outs if o.get("sr"))
+
+
+def _row_rht(outs: list, rev: int) -> bool:
+    """A row RHT of the block size beside an unrotated column copy (revision 18 on)."""
+    return rev >= 18 and outs[0].get("rht", 0) == outs[0]["format"].get("block") and not outs[1].get("rht")
 
 
 def on_gluon_amax(q: dict, rev: int | None) -> bool:
@@ -393,10 +408,15 @@ def gluon_scaling(q: dict, rev: int | None, emulation: dict) -> tuple[float, flo
     outs = q.get("outputs", [])
     f = 1.0
     if on_gluon(q, rev):
-        if q.get("src_bytes", 2) != 2:  # an f32 input (revision 17 on)
+        if _row_rht(outs, rev):  # MXFP4's X and W calls, bf16 or f32 input
+            f = factor("triton_quant_gluon_row_rht_time_factor")
+        elif q.get("src_bytes", 2) != 2:  # an f32 input (revision 17 on)
             f = factor("triton_quant_gluon_f32_time_factor")
         elif rev < 14:
             f = factor("triton_quant_gluon_time_factor")
+        elif (rev >= 18 and any(o.get("sr") for o in outs) and not any(o.get("rht") for o in outs)
+              and any(o["format"].get("block") == 32 for o in outs)):  # "sr16" on blocks of 32
+            f = factor("triton_quant_gluon_block32_sr16_time_factor")
         elif any(o.get("rht") for o in outs) and rev >= 16 and not any(o.get("sr") for o in outs):
             f = factor("triton_quant_gluon_rht_rtne_time_factor")  # two row tiles a program
         elif any(o.get("rht") for o in outs) and rev >= 16 and outs[1].get("decoded"):
@@ -466,10 +486,31 @@ def call_rows(path: pathlib.Path, emulation: dict | None = None) -> list[dict]:
     return rows
 
 
+# A term the file may lack that ops.rs then prices as another (profile.rs Emulation).
+FALLBACK = {"triton_quant_rht16_sr_ns_per_elem": "triton_quant_rht_ns_per_elem"}
+
+
 def term_values(hw: fchw.Hardware) -> np.ndarray:
-    """hw's CALL_TERMS values (0 where the file has none)."""
+    """hw's CALL_TERMS values (where the file has none: its FALLBACK term's value, else 0)."""
     em = hw.data["emulation"]
-    return np.array([float(em[k]["value"]) if k in em else 0.0 for k in CALL_TERMS])
+
+    def value(k: str) -> float:
+        k = k if k in em else FALLBACK.get(k, k)
+        return float(em[k]["value"]) if k in em else 0.0
+
+    return np.array([value(k) for k in CALL_TERMS])
+
+
+def term_columns(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...]) -> np.ndarray:
+    """The rows' call_features in us per unit of each CALL_TERMS term; a term hw lacks and the
+    fit holds prices as its FALLBACK term (ops.rs), so its column joins that term's."""
+    X = np.array([r["features"] for r in rows]) * 1e6
+    for term, other in FALLBACK.items():
+        if term not in hw.data["emulation"] and term not in free:
+            i, j = CALL_TERMS.index(term), CALL_TERMS.index(other)
+            X[:, j] += X[:, i]
+            X[:, i] = 0.0
+    return X
 
 
 def price_calls(hw: fchw.Hardware, rows: list[dict]) -> np.ndarray:
@@ -488,7 +529,7 @@ def fit_calls(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...]) -> dic
     """{term: value} of the `free` CALL_TERMS minimising the calls' squared relative error
     (each call one residual, model/measured - 1), the other terms as hw has them; a term that
     comes out negative is fixed at 0 and the rest refitted, as fit_quant."""
-    X = np.array([r["features"] for r in rows]) * 1e6  # us per unit of each term
+    X = term_columns(hw, rows, free)
     y = np.array([r["us"] for r in rows])
     theta = term_values(hw)
     cols = [CALL_TERMS.index(t) for t in free if X[:, CALL_TERMS.index(t)].any()]  # no data: left as hw has it
@@ -545,7 +586,7 @@ def call_fit_main(args: argparse.Namespace) -> None:
     fit_rows = [r for d in fit_dirs for r in call_rows(d)]
     check_rows = [r for d in checks for r in call_rows(d)]
     hw0 = fchw.load("h200")
-    terms = tuple(t if t.startswith("triton_quant_") else f"triton_quant_{t}" for t in args.call_terms.split(","))
+    terms = tuple(term_name(t) for t in args.call_terms.split(","))
     vals = fit_calls(hw0, fit_rows, terms)
     hw = hw0
     for key, v in vals.items():
@@ -589,10 +630,11 @@ QUANT_PINS = {
     "training-h200-run17/125m": {"ue5m3+sr16": 0.01, "mxfp4+sr16": 0.02},
     "training-h200-run18/125m": {"ue5m3+sr16": 0.01, "mxfp4+sr16": 0.02},
 }
-# --pin-fit's default calls: runs 10-21 (run 15 kept no profile)
-PIN_FIT = tuple(f"training-h200-run{n}" for n in (10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 21))
-# --pin-keep's default: the last strip-kernel run (ue5m3, mxfp4) and the current kernels' (TE NVFP4)
-PIN_KEEP = ("training-h200-run18/125m", "training-h200-run21/125m")
+# --pin-fit's default calls: runs 10-22 (run 15 kept no profile)
+PIN_FIT = tuple(f"training-h200-run{n}" for n in (10, 11, 12, 13, 14, 16, 17, 18, 19, 20, 21, 22))
+# --pin-keep's default: the last strip-kernel run (ue5m3, mxfp4) and the current kernels'
+# (revision 17: ue5m3, TE NVFP4)
+PIN_KEEP = ("training-h200-run18/125m", "training-h200-run22/125m")
 PIN_MARGIN = 0.0005  # --pin-margin's default: how far inside its bound each pinned class is kept
 # How far past the start's max |error| and range a kept call kind may go: more than the
 # rounding of a fit written to the file (six significant digits: a few 1e-6), so that
@@ -609,7 +651,7 @@ def linear_errors(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...]) ->
     """(M, c): each call's relative error (model / GPU time - 1) as M @ values + c, values the
     `free` CALL_TERMS in the TOML's units, the other terms as hw has them (ops.rs's emulation
     price, before its floor)."""
-    X = np.array([r["features"] for r in rows]) * 1e6  # us per unit of each term
+    X = term_columns(hw, rows, free)
     y = np.array([r["us"] for r in rows])
     cols = [CALL_TERMS.index(t) for t in free]
     fixed = [j for j in range(len(CALL_TERMS)) if j not in cols]
@@ -655,13 +697,15 @@ class PinProblem(NamedTuple):
 
 
 def pin_problem(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...], floored: frozenset = frozenset(),
-                margin: float = PIN_MARGIN, keep: tuple[str, ...] = PIN_KEEP, pins: dict = QUANT_PINS) -> PinProblem:
+                margin: float = PIN_MARGIN, keep: tuple[str, ...] = PIN_KEEP, pins: dict = QUANT_PINS,
+                base: fchw.Hardware | None = None) -> PinProblem:
     """The per-call fit of `free` on `rows` (relative error per call), constrained: every
     pinned class within its bound less `margin` (a pin: two rows), no term negative, and in
-    the runs `keep` no call kind's max |error| or range wider than hw gives it, plus PIN_SLACK
-    (no_worse). ops.rs prices a call at its memory roofline where the emulation price falls below it: the
-    calls `floored` (indices of rows) are priced there and kept there, every other call kept
-    at or above it ("roofline" rows), so that the price stays linear in the terms."""
+    the runs `keep` no call kind's max |error| or range wider than `base` (default hw) gives
+    it, plus PIN_SLACK (no_worse). ops.rs prices a call at its memory roofline where the
+    emulation price falls below it: the calls `floored` (indices of rows) are priced there and
+    kept there, every other call kept at or above it ("roofline" rows), so that the price stays
+    linear in the terms."""
     M, c = linear_errors(hw, rows, free)
     y = np.array([r["us"] for r in rows])
     roof = roofline_us(hw, rows) / y - 1  # each call's error at its roofline
@@ -678,7 +722,7 @@ def pin_problem(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...], floo
     for i, r in enumerate(rows):
         if r["run"] in keep:
             kinds.setdefault((r["run"], r["recipe"], r["kind"]), []).append(i)
-    err = price_calls(hw, rows) / y - 1 if kinds else None
+    err = price_calls(base or hw, rows) / y - 1 if kinds else None
     for kind, idx in kinds.items():
         G_, h_ = no_worse(M[idx], c[idx], err[idx], y[idx], [rows[i]["features"].tobytes() for i in idx], PIN_SLACK)
         G.append(G_)
@@ -760,14 +804,16 @@ def binding(p: PinProblem, values: np.ndarray, tol: float = 1e-9) -> list[tuple]
 
 
 def pin_fit(hw: fchw.Hardware, rows: list[dict], free: tuple[str, ...], objective: str = "lsq",
-            margin: float = PIN_MARGIN, keep: tuple[str, ...] = PIN_KEEP) -> tuple[PinProblem, np.ndarray]:
-    """(problem, values) of the fit constrained by the pins (pin_problem). A call held at its
+            margin: float = PIN_MARGIN, keep: tuple[str, ...] = PIN_KEEP,
+            base: fchw.Hardware | None = None) -> tuple[PinProblem, np.ndarray]:
+    """(problem, values) of the fit constrained by the pins (pin_problem; the kept call kinds
+    no worse than `base` prices them, default hw). A call held at its
     roofline by the solution is then priced there instead (floored, as ops.rs prices it), and
     the fit solved again, until none is: each round keeps the last solution feasible, so the
     objective never grows."""
     floored: frozenset = frozenset()
     while True:
-        p = pin_problem(hw, rows, free, floored, margin, keep)
+        p = pin_problem(hw, rows, free, floored, margin, keep, base=base)
         x = solve_pinned(p, objective)
         held = {lab[1] for lab in binding(p, x) if lab[0] == "roofline"}
         if not held:
@@ -788,21 +834,27 @@ def significant(v: float, digits: int = 6) -> float:
 def pin_fit_main(args: argparse.Namespace) -> None:
     """--pin-fit: the per-call fit constrained by the class pins (pin_fit), by least squares and
     by least max |error|; before/after per call kind and per pin (the Rust price), what binds,
-    and --write (the least-squares values to six significant digits, if every pin still holds)."""
+    and --write (the least-squares values to six significant digits, if every pin still holds).
+    --pin-hold terms are set first and not fitted; the kept call kinds stay no worse than the
+    file prices them."""
     dirs = list(dict.fromkeys(recipe_dirs(s for s in args.pin_fit.split(",") if s) + pin_dirs()))
     rows = [r for d in dirs for r in call_rows(d)]
-    free = tuple(t if t.startswith("triton_quant_") else f"triton_quant_{t}" for t in args.pin_terms.split(","))
+    held = {term_name(k): float(v) for k, _, v in (h.partition("=") for h in args.pin_hold)}
+    free = tuple(term_name(t) for t in args.pin_terms.split(",") if term_name(t) not in held)
     hw0 = fchw.load("h200")
-    free = tuple(t for t in free if linear_errors(hw0, rows, (t,))[0].any())  # no data: left as the file has it
+    start = with_terms(hw0, tuple(held), held.values())
+    free = tuple(t for t in free if linear_errors(start, rows, (t,))[0].any())  # no data: left as the file has it
     keep = tuple(k for k in args.pin_keep.split(",") if k)
     fits, binds = {}, {}
     for objective in ("lsq", "max"):
-        p, fits[objective] = pin_fit(hw0, rows, free, objective, args.pin_margin, keep)
+        p, fits[objective] = pin_fit(start, rows, free, objective, args.pin_margin, keep, base=hw0)
         binds[objective] = binding(p, fits[objective]) + [lab for lab in p.labels if lab[0] == "floored"]
     fits["lsq, rounded"] = np.array([significant(v) for v in fits["lsq"]])
-    hws = {"file": hw0, **{k: with_terms(hw0, free, v) for k, v in fits.items()}}
+    hws = {"file": hw0, **({"file, held": start} if held else {}),
+           **{k: with_terms(start, free, v) for k, v in fits.items()}}
     print(f"pin fit: {len(rows)} calls of {len(dirs)} runs; pins at their bound less {args.pin_margin:g}; "
-          f"call kinds no worse in: {', '.join(keep) or 'no run'}")
+          f"call kinds no worse in: {', '.join(keep) or 'no run'}"
+          + "".join(f"; {t} held at {v:g}" for t, v in held.items()))
     print(f"  {'term':40s} {'file':>10s} " + " ".join(f"{k:>13s}" for k in fits))
     for j, t in enumerate(free):
         print(f"  {t:40s} {term_values(hw0)[CALL_TERMS.index(t)]:10.6g} "
@@ -812,13 +864,30 @@ def pin_fit_main(args: argparse.Namespace) -> None:
     if args.write:
         if out["lsq, rounded"]:
             raise SystemExit("--write: the rounded values break a pin; not written")
-        write_toml({t: (v, f"fit: benchmarks/calibration/fit_emulation.py --pin-fit (GPU time of every quantize call "
-                           f"of {', '.join(dict.fromkeys(r['run'] for r in rows))}, one by one: least squares of the "
-                           f"relative error per call, {', '.join(x.removeprefix('triton_quant_') for x in free)} "
-                           f"together, subject to every quantize class pinned in tests/unit/test_project.py staying "
-                           f"{args.pin_margin:g} inside its bound, and no call kind of {', '.join(keep) or 'no run'} "
-                           "getting a larger max error or a wider range: model-calibration-per-call.md, session 17)")
-                    for t, v in zip(free, fits["lsq, rounded"])})
+        write_pin_fit(args, rows, keep, held, dict(zip(free, fits["lsq, rounded"])))
+
+
+def write_pin_fit(args: argparse.Namespace, rows: list[dict], keep: tuple[str, ...], held: dict[str, float],
+                  fitted: dict[str, float]) -> None:
+    """--pin-fit --write: the fitted values, each with how the fit got it, and the held ones
+    with --pin-hold-source."""
+    if held and not args.pin_hold_source:
+        raise SystemExit("--write with --pin-hold: say where the held values come from (--pin-hold-source)")
+    terms = ", ".join(t.removeprefix("triton_quant_") for t in fitted)
+    holding = "".join(f"{t.removeprefix('triton_quant_')} held at {v:g} (see its line), " for t, v in held.items())
+    source = (f"fit: benchmarks/calibration/fit_emulation.py --pin-fit (GPU time of every quantize call of "
+              f"{', '.join(dict.fromkeys(r['run'] for r in rows))}, one by one: least squares of the relative error "
+              f"per call, {terms} together, {holding}subject to every quantize class pinned in "
+              f"tests/unit/test_project.py staying {args.pin_margin:g} inside its bound, and no call kind of "
+              f"{', '.join(keep) or 'no run'} getting a larger max error or a wider range than with the file's "
+              "values: model-calibration-per-call.md, session 17)")
+    write_toml({**{t: (v, args.pin_hold_source) for t, v in held.items()},
+                **{t: (v, source) for t, v in fitted.items()}})
+
+
+def term_name(t: str) -> str:
+    """A CALL_TERMS name, given with or without its "triton_quant_" prefix."""
+    return t if t.startswith("triton_quant_") else f"triton_quant_{t}"
 
 
 def print_call_errors(hws: dict[str, fchw.Hardware], rows: list[dict],
@@ -997,10 +1066,14 @@ def main() -> None:
                          "them) whose quantize calls refit --call-terms per call; nothing else is fitted")
     ap.add_argument("--call-terms", default=",".join(CALL_FIT), help="the CALL_TERMS --call-fit refits")
     ap.add_argument("--pin-fit", nargs="?", const=",".join(PIN_FIT), default="",
-                    help="comma-separated run folders (as --call-fit; default: runs 10-21) whose quantize calls "
+                    help="comma-separated run folders (as --call-fit; default: runs 10-22) whose quantize calls "
                          "refit --pin-terms per call, constrained by test_project.py's quantize class pins "
                          "(needs scipy); nothing else is fitted")
     ap.add_argument("--pin-terms", default=",".join(CALL_TERMS), help="the CALL_TERMS --pin-fit refits")
+    ap.add_argument("--pin-hold", nargs="*", default=[], metavar="TERM=V",
+                    help="CALL_TERMS --pin-fit sets to V and does not refit (a value measured elsewhere); --write "
+                         "writes them with --pin-hold-source")
+    ap.add_argument("--pin-hold-source", default="", help="the TOML source of the --pin-hold values")
     ap.add_argument("--pin-margin", type=float, default=PIN_MARGIN,
                     help="how far inside its bound --pin-fit keeps each pinned class")
     ap.add_argument("--pin-keep", default=",".join(PIN_KEEP),

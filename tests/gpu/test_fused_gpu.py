@@ -319,6 +319,64 @@ def test_rowcol_gluon_f32_input_equals_reference(name, rounding, rn_c, kind):
         assert testing.packed_diff(col, ref.quantize(good, f, axis=0, rht=rht_c)) == []
 
 
+@pytest.mark.parametrize("name,n", [("mxfp4", 32), ("mxfp4-rceil", 32), ("nvfp4", 16), ("e1m2-mx16", 16)])
+@pytest.mark.parametrize("kind", ["heavy", "huge", "tiny"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rowcol_gluon_row_rht_and_mixed_rounding_equal_reference(name, n, kind, dtype):
+    """MXFP4's calls on the Gluon kernel (one lane a block of 32): a row RHT of the block
+    (RTNE) beside an "sr16" column copy, "sr16" on both, and RTNE on both, every copy packed,
+    bit for bit against the reference with NaN and an infinity in blocks and an offset past
+    2^32; a row RHT of 16 on blocks of 16 likewise; bf16 and f32 inputs."""
+    _hopper()
+    f = F[name]
+    spec = qk.parse_fmt(f)
+    x = testing.make_input(kind, (512, 640), dtype, DEV, seed=47, fmt=f)
+    x[77, 5] = float("nan")
+    x[300, 600] = float("inf")
+    rht_r = (n, ref.rht_signs(n, "per-layer", 3).to(DEV))
+    for r_r, r_c, rot in (("rtne", "sr16", rht_r), ("sr16", "sr16", None), ("rtne", "rtne", rht_r), ("rtne", "rtne", None)):
+        plan = qk._rowcol_plan(x, spec, r_r, r_c, rot[0] if rot else 0, 0, (True, True), (False, False), False,
+                               spec.two_level, not spec.two_level)
+        assert plan["route"] == "gluon", (r_r, r_c, rot is not None)
+        testing.check_rowcol(x, f, r_r, r_c, 5, 2**32 + 48, rot, None)
+
+
+@pytest.mark.parametrize("name", ["mxfp4", "ufp4-int4"])
+def test_rowcol_gluon_mxfp4_recipe_calls(name):
+    """QLinear's calls under an MXFP4-style recipe (ops.rowcol_operands): X (row decoded after
+    an RHT of 32, column packed with "sr16"), W (both decoded, row RHT, column "sr16") and dY
+    (both decoded, "sr16"), seed as a device int64: the reference's bits, on the Gluon kernel."""
+    _hopper()
+    from fourcast.kernels import ops
+
+    f = dict(F[name], block=32) if F[name]["block"] != 32 else F[name]
+    spec = qk.parse_fmt(f)
+    x = testing.make_input("heavy", (256, 768), torch.bfloat16, DEV, seed=53)
+    s32 = ref.rht_signs(32, "per-layer", 7).to(DEV)
+    seed = torch.tensor([11], dtype=torch.int64, device=DEV)
+    off = 2**32 + 64
+
+    def want(axis, rounding, rht):
+        return ref.quantize(x, f, axis=axis, rounding=rounding, seed=11, offset=off + (x.numel() if axis == 0 else 0),
+                            rht=rht)
+
+    for outs, r_r, rot in ((("decoded", "packed"), "rtne", (32, s32)), (("decoded", "decoded"), "rtne", (32, s32)),
+                           (("decoded", "decoded"), "sr16", None)):
+        plan = qk._rowcol_plan(x, spec, r_r, "sr16", rot[0] if rot else 0, 0,
+                               tuple(o == "packed" for o in outs), tuple(o == "decoded" for o in outs), True, False,
+                               False, torch.bfloat16)
+        assert plan["route"] == "gluon", outs
+        row, col = ops.rowcol_operands(x, f, rounding=r_r, rounding_col="sr16", seed=seed, offset=off, rht=rot,
+                                       outputs=outs)
+        assert torch.equal(testing.bits(row.values),
+                           testing.bits(testing.dequantize_unscaled(want(-1, r_r, rot), x.dtype))), outs
+        if outs[1] == "packed":
+            assert testing.packed_diff(col, want(0, "sr16", None)) == [], outs
+        else:
+            assert torch.equal(testing.bits(col.values),
+                               testing.bits(testing.dequantize_unscaled(want(0, "sr16", None), x.dtype))), outs
+
+
 @pytest.mark.parametrize("rn_c", [0, 16])
 @pytest.mark.parametrize("kind", ["heavy", "huge", "tiny", "zeros"])
 @pytest.mark.parametrize("amax_cfg", [None, (64, 128, 4, 8), (64, 128, 8, 2)])
@@ -359,7 +417,7 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
 
 
 # rowcol_gluon.Config: the session-17 layouts (B / 8 lanes a block) and other one-lane tiles
-GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1)]
+GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1), (64, 128, 4, 1)]
 
 
 @pytest.mark.parametrize("tile", GLUON_TILES)
@@ -383,9 +441,8 @@ def test_rowcol_gluon_tiles_equal_reference(name, rounding, tile, monkeypatch):
 
 def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
     """What rowcol_gluon does not cover goes to the strip kernel: "sr" and "sr4", "sr16" on
-    blocks of 32, a row RHT (or a column one other than 16), a scaled x_hat or a copy written both ways, 16 x 16
-    tiles, shapes off
-    its tile, f16 input; CONFIG_OVERRIDE pins either kernel."""
+    a row RHT other than the block's or beside a column one, a column RHT other than 16, a scaled x_hat or a copy
+    written both ways, 16 x 16 tiles, shapes off its tile, f16 input; CONFIG_OVERRIDE pins either kernel."""
     _hopper()
     nv = qk.parse_fmt(F["nvfp4"])
     x = torch.zeros(512, 768, dtype=torch.bfloat16, device=DEV)
@@ -395,11 +452,13 @@ def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
 
     assert route() == "gluon"
     assert route(codes=(False, True), xhat=(True, False)) == "strip"  # a scaled x_hat
-    assert route(rounding="sr") == route(rounding="sr4") == route(rn=16) == route(xhat=(True, False)) == "strip"
+    assert route(rounding="sr") == route(rounding="sr4") == route(xhat=(True, False)) == "strip"
+    assert route(rn=16) == "gluon" and route(rn=16, rnc=16) == route(rn=32) == "strip"  # a row RHT of the block
     assert route(rnc=16) == route(rnc=16, rounding="sr16") == "gluon"  # a column RHT of 16
     assert route(rnc=16, codes=(True, False), xhat=(False, True), unscaled=True) == "gluon"  # a decoded column too
     assert route(rnc=16, rn=16) == route(rnc=32) == "strip"  # a row RHT, a column RHT of 32
-    assert route(rounding="sr16") == "gluon" and route(spec=qk.parse_fmt(F["mxfp4"]), rounding="sr16") == "strip"
+    mx = qk.parse_fmt(F["mxfp4"])
+    assert route(rounding="sr16") == route(spec=mx, rounding="sr16") == route(spec=mx, rn=32) == "gluon"
     assert route(spec=qk.parse_fmt(F["nvfp4-2d"])) == route(spec=qk.parse_fmt(F["mxfp8"])) == "strip"
     assert route(x=x[:, :704]) == route(x=x[:480]) == route(x=x.half()) == "strip"
     assert route(x=x.float()) == "gluon"  # an f32 input: two f32 a 64-bit word

@@ -142,7 +142,8 @@ RUN17, RUN18 = RESULTS / "training-h200-run17", RESULTS / "training-h200-run18"
 # The quantizer's [emulation] terms were fitted (session 9, projection-h200.md) on run 12's
 # 125M ue5m3+sr4, ue5m3+sr16, nvfp4+sr16 (a step without a tensor-scale refresh) and run
 # 11's 125M mxfp4+sr4 and ue5m3+sr4 (a refresh step), the rest held out. Since session 17
-# they are fitted per call on runs 10-18 with every "quantize" cell below as a constraint
+# they are fitted per call (runs 10-18; since session 19 (2) runs 10-22, the rotated amax term
+# held at its kernel-benchmark value) with every "quantize" cell below as a constraint
 # (fit_emulation.py --pin-fit, QUANT_PINS: model-calibration-per-call.md), so those cells
 # are no longer held out: they pin the fit. Run 8 ran the older amax pass, so only its GEMM
 # and attention cells stay pinned (its quantize ops took 7-26% longer).
@@ -263,7 +264,7 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     tile a strip program): priced as revision 10 (four tiles for ue5m3's row+col calls) its
     quantize class comes out lower by the prefetch saving. Run 17 ran revision 11 (integer
     sr16): priced as revision 10 (float sr16) its ue5m3 quantize class is over-priced by the
-    8% the integer saving closes; the default is the current revision, 17."""
+    8% the integer saving closes; the default is the current revision, 18."""
     run = RUN14 / "125m/ue5m3+sr16"
     prof = project.load_profile(run)
     tagged = project.as_measured({**prof, "quant_rev": 9})
@@ -278,7 +279,7 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     new = project.project(run, [], quant_rev=11).h200_error_gpu["quantize"]
     assert old > 0.05 and abs(new) < 0.02, (old, new)
     # the kernels' revision is the model's default (kernels/__init__.py and rust ops.rs agree)
-    assert QUANT_REV == 17
+    assert QUANT_REV == 18
     default = project.project(run, []).h200_error_gpu["quantize"]
     assert project.project(run, [], quant_rev=QUANT_REV).h200_error_gpu["quantize"] == default
     # 13 runs the RTNE row+col calls (this run's X and W calls) on rowcol_gluon: priced lower;
@@ -294,8 +295,13 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     ue = RESULTS / "training-h200-run19/125m/ue5m3+sr16"
     rev16, rev17 = (project.project(ue, [], quant_rev=r).h200_model_gpu["quantize"] for r in (16, 17))
     assert rev17 < 0.99 * rev16, (rev16, rev17)
+    # 18 runs MXFP4's calls there (a block of 32 in one lane): run 23's quantize class, as measured
+    mx = RESULTS / "training-h200-run23/125m/mxfp4+sr16"
+    rev17, rev18 = (project.project(mx, [], quant_rev=r) for r in (17, 18))
+    assert rev18.h200_model_gpu["quantize"] < 0.85 * rev17.h200_model_gpu["quantize"]
+    assert abs(rev18.h200_error_gpu["quantize"]) < 0.05 < abs(rev17.h200_error_gpu["quantize"])
     with pytest.raises(ConfigError, match="quant_rev"):
-        project.project(run, [], quant_rev=18)
+        project.project(run, [], quant_rev=19)
 
 
 # Per call (model-calibration-per-call.md): run 18's quantize calls against the model, (min, max)

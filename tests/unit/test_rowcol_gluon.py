@@ -144,6 +144,11 @@ def test_config_for_takes_two_row_tiles_only_where_measured_faster():
     assert rg.config_for(32768, "rtne", 16) == two
     assert rg.config_for(32768 - 64, "rtne", 16) == rg.CONFIG  # one row tile left over
     assert rg.config_for(32768, "sr16", 16) == rg.config_for(32768, "rtne", 0) == rg.CONFIG
+    # blocks of 32 with "sr16" on a copy or a row RHT: one lane a block, on 4 warps
+    b32 = rg.BLOCK32_CONFIG
+    assert rg.one_lane_fits(32, b32) and not rg.one_lane_fits(32, rg.CONFIG)
+    assert rg.config_for(32768, "rtne", 0, 32, "sr16") == rg.config_for(32768, "rtne", 0, 32, "rtne", 32) == b32
+    assert rg.config_for(32768, "rtne", 0, 32) == rg.CONFIG  # MXFP4 codes keep session 17's layouts
 
 
 @pytest.mark.parametrize("fmt,kw", [("nvfp4", {}), ("ue5m3", dict(xhat=True)), ("nvfp4", dict(xhat=True, rn_c=16))])
@@ -187,11 +192,22 @@ def test_applies_to_its_scope_only():
     assert _applies(x, rht=(0, 16)) and _applies(x, rht=(0, 16), rounding="sr16")
     assert _applies(x, rht=(0, 16), codes=(False, True), xhat=(True, False))  # the X call
     assert _applies(x, rht=(0, 16), codes=(False, False), xhat=(True, True), rounding="sr16")  # TE's dY call
-    assert not _applies(x, rht=(16, 0)) and not _applies(x, rht=(0, 32)) and not _applies(x, "mxfp4", rht=(0, 32))
+    assert not _applies(x, rht=(0, 32)) and not _applies(x, "mxfp4", rht=(0, 32))
+    # a row RHT of the block size in one lane, without a column RHT (MXFP4's Fprop operands)
+    b32 = rg.BLOCK32_CONFIG
+    assert _applies(x, rht=(16, 0)) and not _applies(x, rht=(16, 16)) and not _applies(x, rht=(32, 0))
+    assert _applies(x, "mxfp4", rht=(32, 0), config=b32) and not _applies(x, "mxfp4", rht=(32, 0))
+    assert _applies(x, "mxfp4", rounding="sr16", config=b32)
+    mixed = rg.applies(x, parse_fmt(F["mxfp4"]), "rtne", "sr16", (32, 0), (False, True), (True, False), True,
+                       torch.bfloat16, b32)  # MXFP4's X call
+    assert mixed
     assert not _applies(x, rht=(0, 16), config=(64, 128, 8, 2, None, False))
-    assert _applies(x, rounding="sr16") and not _applies(x, "mxfp4", rounding="sr16")  # "sr16": a block is a group
-    assert not rg.applies(x, parse_fmt(F["nvfp4"]), "rtne", "sr16", (0, 0), (True, True), (False, False), True,
-                          torch.bfloat16)  # one rounding for both copies
+    # "sr16": a block of 16 is a group; a block of 32 two, in one lane
+    assert _applies(x, rounding="sr16") and not _applies(x, "mxfp4", rounding="sr16")
+    assert rg.applies(x, parse_fmt(F["nvfp4"]), "rtne", "sr16", (0, 0), (True, True), (False, False), True,
+                      torch.bfloat16)  # each copy its own rounding
+    assert not rg.applies(x, parse_fmt(F["nvfp4"]), "rtne", "sr", (0, 0), (True, True), (False, False), True,
+                          torch.bfloat16)
     assert not _applies(x, codes=(True, False)) and not _applies(x, xhat=(True, True))  # one output a copy
     x_call = dict(codes=(False, True), xhat=(True, False))  # ops.rowcol_operands' X call
     assert _applies(x, **x_call) and _applies(x, dtype=torch.float16, **x_call)
@@ -211,6 +227,7 @@ def test_applies_to_its_scope_only():
     ("nvfp4", "sr16", (True, True), (False, False), None, 0, 16),  # TE's dY call: a column RHT of 16
     ("e1m2-mx16", "rtne", (True, True), (False, False), None, 0, 16),  # single-level, rotated column: two amaxes
     ("nvfp4", "sr16", (False, False), (True, True), 0.5, "tensor", 16),  # TE's dY call: both decoded
+    ("mxfp4", "rtne", (False, True), (True, False), None, 0, -32),  # MXFP4's X call: a row RHT of 32
 ])
 def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name, rounding, codes, xhat, amax, seed,
                                                               rn_c):
@@ -224,12 +241,15 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     x = torch.zeros(256, 384, dtype=torch.bfloat16)
     seed_arg = torch.tensor([5], dtype=torch.int64) if seed == "tensor" else 5
     spec = parse_fmt(F[name])
-    signs = torch.ones(16)
+    rn_r, rn_c = (-rn_c, 0) if rn_c < 0 else (0, rn_c)  # rn_c < 0: a row RHT of -rn_c
+    signs, signs_r = torch.ones(16), -torch.ones(32)
     rht_c = (16, signs) if rn_c else None
-    o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, None, rht_c, amax, amax, write_codes=codes,
+    rht_r = (rn_r, signs_r) if rn_r else None
+    o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, rht_r, rht_c, amax, amax, write_codes=codes,
                          write_xhat=xhat, unscaled=True)
     fn, grid, args, consts = calls[-1]
-    assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384, rg.config_for(256, rounding, rn_c))
+    cfg = rg.config_for(256, rounding, rn_c, spec.block, rounding, rn_r)
+    assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384, cfg)
     names = [p.name for p in fn.params]
     runtime = [p.name for p in fn.params if not p.is_constexpr]
     assert len(args) == len(runtime)
@@ -238,7 +258,7 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     assert arg["X"] is x and (arg["R"], arg["C"]) == (256, 384)
     assert (arg["offset_r"], arg["offset_c"]) == (7, 7 + x.numel())
     assert arg["seed"] is seed_arg if seed == "tensor" else arg["seed"] == 5
-    assert consts["SEED_PTR"] == (seed == "tensor") and consts["MODE"] == qk.ROUND_ID[rounding]
+    assert consts["SEED_PTR"] == (seed == "tensor") and consts["MODE_R"] == consts["MODE_C"] == qk.ROUND_ID[rounding]
     assert (consts["XHAT_R_ON"], consts["XHAT_C_ON"]) == xhat
     for i, side in enumerate("RC"):
         assert arg[f"CODES_{side}"] is o["codes"][i] and arg[f"SCALES_{side}"] is o["scales"][i]
@@ -264,10 +284,12 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
         assert set(consts0) - {"num_warps"} == {q.name for q in fn0.params if q.is_constexpr}
         assert consts0["RN_C"] == rn_c
     assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
-    if consts["FUSE_AMAX"] and not rn_c:  # one amax, recorded at AMAX_BITS[0], returned for both copies
+    if consts["FUSE_AMAX"] and not (rn_c or rn_r):  # one amax, recorded at AMAX_BITS[0], returned for both copies
         assert arg["AMAX_IN_R"].data_ptr() == arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr()
         assert o["amax"][0].data_ptr() == o["amax"][1].data_ptr()
-    elif consts["FUSE_AMAX"]:  # the rotated column copy's at AMAX_BITS[1]
+    elif consts["FUSE_AMAX"]:  # an RHT: the column copy's at AMAX_BITS[1]
         assert arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr() + 4 == o["amax"][1].data_ptr()
     assert consts["RN_C"] == rn_c and consts["NORM_C"] == (0.25 if rn_c else 1.0)
+    assert consts["RN_R"] == rn_r and consts["NORM_R"] == qk.rht_norm(rn_r)  # the core's f64 1 / sqrt(n)
+    assert arg["SIGNS_R"].data_ptr() == signs_r.data_ptr() if rn_r else arg["SIGNS_R"].numel() <= 1
     assert arg["SIGNS_C"].data_ptr() == signs.data_ptr() if rn_c else arg["SIGNS_C"].numel() <= 1

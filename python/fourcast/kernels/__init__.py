@@ -25,7 +25,8 @@ from fourcast.kernels.utils import Packed
 # TE's calls: the dY call's decoded rotated column copy on rowcol_gluon too (0.79x), the X
 # call at two row tiles a program (0.56x, session 19: triton_quant_gluon_rht_decoded_ and
 # _rht_rtne_time_factor), 17 an f32 input (a LayerNorm's output) on rowcol_gluon and its
-# amax pass too.
-QUANT_REV = 17
+# amax pass too, 18 MXFP4's calls there (one lane a block of 32: a row RHT of 32, "sr16", a
+# rounding for each copy).
+QUANT_REV = 18
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

@@ -934,7 +934,8 @@ def rowcol_route(spec: Spec, gluon_ok: bool = False) -> str:
     (decoded row + packed column), 0.61-0.62x on MXFP4 codes, 0.93-0.94x on the dY call (both
     copies decoded, "sr16") and 0.60-0.63x on TE's X and dY calls (a column RHT of 16);
     session 19 0.79x on TE's dY call with both copies decoded, 0.56x on TE's X call at two
-    row tiles a program, 0.86-0.91x on an f32 input's X call (near copy bandwidth on both).
+    row tiles a program, 0.86-0.91x on an f32 input's X call (near copy bandwidth on both),
+    0.56x on MXFP4's X call (a row RHT of 32, "sr16" on the column copy; one lane a block of 32).
     CONFIG_OVERRIDE["rowcol"] pins "transpose", "strip" or "gluon" (benchmarks)."""
     pin = CONFIG_OVERRIDE.get("rowcol")
     if spec.per_tensor or pin == "transpose":
@@ -972,7 +973,8 @@ def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: s
     with blocks of 16; rht the (row, column) RHT sizes) where its kernels run (_rowcol_gluon_for)."""
     rg = _rowcol_gluon_for(x)
     return rg is not None and rg.applies(x, spec, rounding_r, rounding_c, rht, codes_on, xhat_on, unscaled,
-                                         xhat_dtype, _gluon_config(x.shape[0], rounding_r, rht[1]))
+                                         xhat_dtype, _gluon_config(x.shape[0], rounding_r, rht[1], spec.block,
+                                                                   rounding_c, rht[0]))
 
 
 def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
@@ -987,10 +989,11 @@ def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
     return rg is not None and rg.amax_applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"))
 
 
-def _gluon_config(R: int, rounding: str, rn_c: int) -> tuple:
+def _gluon_config(R: int, rounding: str, rn_c: int, block: int, rounding_c: str, rn_r: int) -> tuple:
     """rowcol_gluon's (BM, BK, warps, row tiles a program[, maxnreg]) for a call of R rows:
     its config_for, or CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
-    return CONFIG_OVERRIDE.get("rowcol_gluon") or _rowcol_gluon().config_for(R, rounding, rn_c)
+    return CONFIG_OVERRIDE.get("rowcol_gluon") or _rowcol_gluon().config_for(R, rounding, rn_c, block, rounding_c,
+                                                                              rn_r)
 
 
 _ROWCOL_PLANS: dict[tuple, dict] = {}
@@ -1043,10 +1046,11 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     consts = dict(common, FUSE_AMAX=fuse, **flags)
     grid = (_cdiv(R, br * iters), _cdiv(C, bc))
     if route == "gluon":
-        rg, cfg = _rowcol_gluon(), _gluon_config(R, rounding_r, rnc)
+        rg, cfg = _rowcol_gluon(), _gluon_config(R, rounding_r, rnc, spec.block, rounding_c, rn)
         consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0],
-                      XHAT_C_ON=xhat_on[1], MODE=ROUND_ID[rounding_r], SEED_PTR=False, RN_C=rnc,
-                      NORM_C=rht_norm(rnc), F32=x.dtype == torch.float32)
+                      XHAT_C_ON=xhat_on[1], MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c],
+                      SEED_PTR=False, RN_C=rnc, NORM_C=rht_norm(rnc), F32=x.dtype == torch.float32, RN_R=rn,
+                      NORM_R=rht_norm(rn))
         grid = rg.grid(R, C, cfg)
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
@@ -1120,11 +1124,11 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     seed, seed_ptr = seed_arg(seed, dev, ROUND_ID[rounding_r] >= 2 or ROUND_ID[rounding_c] >= 2)
     route = plan["route"]
     if route == "gluon":
-        if fuse and rht_c is None:  # one amax: the kernel records it once, at amax_bits[0]
+        if fuse and rht_c is None and rht_r is None:  # one amax: the kernel records it once, at amax_bits[0]
             amax_in = (measured[0], measured[0])
         kernel = _rowcol_gluon()._rowcol_kernel
-        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sc_, R, C, seed,
-                int(offset), int(offset) + R * C)
+        args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
+                seed, int(offset), int(offset) + R * C)
     else:
         kernel = strip._strip_kernel if route == "strip" else _rowcol_kernel
         args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,

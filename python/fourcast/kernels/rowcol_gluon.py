@@ -19,8 +19,12 @@ the quantizer's arithmetic on that tiling:
 - a column RHT of 16 (TE's Wgrad operands) runs down a column block, so in one thread:
   reference.rht_lastdim's f64 butterflies in its order, one rounding to f32 (the strip
   kernel's cross lanes with f64 shuffles);
-- blocks of 32 keep session 17's layouts (4 words, or 4 row pairs, a thread; a block spans
-  two lanes: one shuffle); `Config.one_lane` = False gives them to blocks of 16 too.
+- a row RHT of the block size (MXFP4's Fprop operands) runs along a row block, in one thread
+  likewise;
+- blocks of 32 take the one-lane layouts on a tile that fits them (16 words, or 16 row
+  pairs, a thread: BLOCK32_CONFIG, for "sr16" and a row RHT, session 19); elsewhere session
+  17's layouts (4 words, or 4 row pairs, a thread; a block spans lanes: shuffles);
+  `Config.one_lane` = False gives those to blocks of 16 too.
 
 Session 18 (these layouts, the halfword amax, the paired cvt, one row tile a program) took
 NVFP4 codes from 0.78-0.80x the strip kernel's time to 0.66x, the X call from 0.80-0.81x to
@@ -32,13 +36,15 @@ the strip kernel's time.
 The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, written to
 serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
 reference.quantize bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D
-blocks of 16 or 32, no RHT but a column RHT of 16 (one lane a block; the column copy packed
-or decoded), a bf16 or f32 input (two bf16 a 32-bit word, two f32 a 64-bit one: F32), R a
-multiple of BM x ITERS and C of BK; each copy packed or decoded (unscaled x_hat in x's orientation, two values a paired cvt: the column
-copy's goes back to the row layout through a second conversion); round-to-nearest-even, or
-"sr16" on both copies with blocks of 16 (a block is a Philox group: philox.sr_uniform_group's
-stream, the column copy's at offset + numel); tensor amaxes given or measured by strip.py's
-amax pass (or recorded here, for a format without a tensor scale). quantize.launch_rowcol
+blocks of 16 or 32; no RHT but a column RHT of 16 (one lane a block; the column copy packed
+or decoded) or a row RHT of the block size (one lane a block, no column RHT); a bf16 or f32
+input (two bf16 a 32-bit word, two f32 a 64-bit one: F32); R a multiple of BM x ITERS and C
+of BK; each copy packed or decoded (unscaled x_hat in x's orientation, two values a paired
+cvt: the column copy's goes back to the row layout through a second conversion); each copy
+round-to-nearest-even or "sr16" (a 16-element group a Philox counter, two a block of 32, which
+needs one lane a block: philox.sr_uniform_group's stream, the column copy's at offset +
+numel); tensor amaxes given or measured by an amax pass (or recorded here, for a format
+without a tensor scale). quantize.launch_rowcol
 routes every call in that scope here on an sm_90 GPU (route "gluon"); every other call goes
 to strip.py.
 
@@ -93,9 +99,19 @@ CONFIG = Config(64, 128, 8, 1)
 RHT_RTNE_CONFIG = Config(64, 128, 8, 2)
 
 
-def config_for(R: int, rounding: str, rn_c: int) -> Config:
-    """The default tile of a call with R rows: RHT_RTNE_CONFIG for RTNE with a column RHT
-    where R fills its two row tiles, else CONFIG."""
+# Blocks of 32 in one lane ("sr16" or a row RHT on MXFP4's calls): a thread holds 16 words
+# of a row or 16 row pairs of a word column, so the 64 x 128 tile takes 4 warps.
+BLOCK32_CONFIG = Config(64, 128, 4, 1)
+
+
+def config_for(R: int, rounding: str, rn_c: int, block: int = 16, rounding_c: str | None = None,
+               rn_r: int = 0) -> Config:
+    """The default tile of a call with R rows: BLOCK32_CONFIG for blocks of 32 with "sr16" or
+    a row RHT (one lane a block), RHT_RTNE_CONFIG for RTNE with a column RHT where R fills
+    its two row tiles, else CONFIG."""
+    rounding_c = rounding if rounding_c is None else rounding_c
+    if block == 32 and (rn_r or "sr16" in (rounding, rounding_c)):
+        return BLOCK32_CONFIG
     tile = RHT_RTNE_CONFIG
     if rounding == "rtne" and rn_c and R % (tile.bm * tile.iters) == 0:
         return tile
@@ -192,10 +208,21 @@ def _word(lo, hi, DTYPE: gl.constexpr):
 
 
 @gluon.jit
-def _sr16_bytes(seed, counter, n, AXIS: gl.constexpr):
+def _sr16_bytes(seed, counter, n, AXIS: gl.constexpr, B: gl.constexpr = 16):
+    """"sr16" bytes of a block's members n: counter holds each block's first 16-element group
+    (reduced along AXIS), n the members (broadcast along the others). A block of 32 is two
+    groups: its members 16 .. 31 are members 0 .. 15 of the next counter."""
+    if B == 32:
+        first = _group_bytes(seed, counter, n % 16, AXIS)
+        second = _group_bytes(seed, counter + 1, n % 16, AXIS)
+        return gl.where(n < 16, first, second)
+    return _group_bytes(seed, counter, n, AXIS)
+
+
+@gluon.jit
+def _group_bytes(seed, counter, n, AXIS: gl.constexpr):
     """"sr16" bytes of a 16-element group's members n (philox.sr_uniform_group: one Philox
-    counter a group, member n takes byte n % 4 of word n // 4): counter holds the groups
-    (reduced along AXIS), n the members (broadcast along the others)."""
+    counter a group, member n takes byte n % 4 of word n // 4)."""
     w0, w1, w2, w3 = tl.randint4x(seed, counter)
     w0 = gl.expand_dims(w0, AXIS)
     w1 = gl.expand_dims(w1, AXIS)
@@ -208,12 +235,12 @@ def _sr16_bytes(seed, counter, n, AXIS: gl.constexpr):
 @gluon.jit
 def _quant_pair(a, b, sb_mult, sb_sv, sb_bad, ts, seed, counter, n, AXIS: gl.constexpr, EMIN: gl.constexpr,
                 MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr,
-                GMAX: gl.constexpr, MODE: gl.constexpr):
+                GMAX: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr):
     """_quant of two elements that share a code byte (a in its low nibble): the byte and
-    both x_hat. With "sr16" (MODE 4) they are members n and n + 1 of their block's group."""
+    both x_hat. With "sr16" (MODE 4) they are members n and n + 1 of their block (B)."""
     if MODE == 4:
-        u_a = _sr16_bytes(seed, counter, n, AXIS)
-        u_b = _sr16_bytes(seed, counter, n + 1, AXIS)
+        u_a = _sr16_bytes(seed, counter, n, AXIS, B)
+        u_b = _sr16_bytes(seed, counter, n + 1, AXIS, B)
     else:
         u_a = a
         u_b = b
@@ -248,6 +275,36 @@ def _rht16_col(ye, yo, sign_e, sign_o, NORM: gl.constexpr, G: gl.constexpr, WB: 
     return gl.convert_layout((a * NORM).to(gl.float32), LC), gl.convert_layout((b * NORM).to(gl.float32), LC)
 
 
+@gluon.constexpr_function
+def _log2(n):
+    return int(math.log2(n))
+
+
+@gluon.jit
+def _word_stage(y, S: gl.constexpr, H: gl.constexpr, G: gl.constexpr, WB: gl.constexpr):
+    """One butterfly stage along axis 2 of an in-thread [H, G, WB] f64 tensor: entries k and
+    k + S inside groups of 2S become (a + b, a - b), each one f64 addition."""
+    y5 = gl.permute(gl.reshape(y, [H, G, WB // (2 * S), 2, S]), [0, 1, 2, 4, 3])  # the pair last
+    a, b = gl.split(y5)
+    return gl.reshape(gl.permute(gl.join(a + b, a - b), [0, 1, 2, 4, 3]), [H, G, WB])
+
+
+@gluon.jit
+def _rht_row(lo, hi, sign_lo, sign_hi, NORM: gl.constexpr, H: gl.constexpr, G: gl.constexpr, WB: gl.constexpr,
+             LR: gl.constexpr):
+    """The row copy's RHT of its block ([row pair, row block, word]: lo the words' elements 2k,
+    hi 2k + 1, a block in one thread): reference.rht_lastdim's f64 butterflies in its order
+    (stage h pairs elements i and i + h inside groups of 2h: h = 1 pairs lo with hi, h = 2, 4,
+    .. pair words k and k + h / 2), times the f64 NORM, one rounding to f32."""
+    a = lo.to(gl.float64) * sign_lo
+    b = hi.to(gl.float64) * sign_hi
+    a, b = a + b, a - b
+    for s in gl.static_range(_log2(WB)):
+        a = _word_stage(a, 1 << s, H, G, WB)
+        b = _word_stage(b, 1 << s, H, G, WB)
+    return gl.convert_layout((a * NORM).to(gl.float32), LR), gl.convert_layout((b * NORM).to(gl.float32), LR)
+
+
 @gluon.jit
 def _abs_max_col(ye, yo):
     """A column block's max |y| bits (axis 1 of [column block, row pair, word column]) from
@@ -260,43 +317,49 @@ def _abs_max_col(ye, yo):
 def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr,
               TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
               RULE: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr, S_GMAX: gl.constexpr,
-              S_MIN: gl.constexpr, NANB: gl.constexpr, MODE: gl.constexpr):
+              S_MIN: gl.constexpr, NANB: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr):
     """One element column of the column copy ([column block, row pair in block, word column]:
     ye its rows 2i, yo its rows 2i + 1; bmax its blocks' amax bits): (code bytes of the row
     pairs, scale bytes, x_hat of ye, x_hat of yo). Row 2p (+1) of a block is member 2p (+1) of its "sr16" group."""
     sb, mult, sv, bad = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
                                       NANB)
     codes, x_e, x_o = _quant_pair(ye, yo, mult, sv, bad, s_c, seed, counter, 2 * p, 1, EMIN, MBITS, FIXED, TWOS,
-                                  BITS, GMAX, MODE)
+                                  BITS, GMAX, MODE, B)
     return codes, sb.to(gl.uint8), x_e, x_o
 
 
 @gluon.jit
 def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT,
-                   SIGNS_C, R, C, seed, offset_r, offset_c,
+                   SIGNS_R, SIGNS_C, R, C, seed, offset_r, offset_c,
                    EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr,
                    BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
                    RULE: gl.constexpr, B: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr,
                    S_GMAX: gl.constexpr, S_MIN: gl.constexpr, NUM: gl.constexpr, NANB: gl.constexpr,
-                   FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, XHAT_C_ON: gl.constexpr, MODE: gl.constexpr,
+                   FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, XHAT_C_ON: gl.constexpr,
+                   MODE_R: gl.constexpr, MODE_C: gl.constexpr,
                    SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
                    ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
-                   NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False):
+                   NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False, RN_R: gl.constexpr = 0,
+                   NORM_R: gl.constexpr = 1.0):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on, loading tile it + 1 before it quantizes tile it (as strip.py's
     ITERS); a tile is H row pairs of W words, with blocks of WB words (row copy) or WB row
     pairs (column copy). FUSE_AMAX: formats without a tensor scale record the amax (bits, an
-    atomic max a program) at AMAX_BITS[0]: both copies' without a column RHT, else the row
-    copy's, and the rotated column copy's at AMAX_BITS[1]. XHAT_R_ON /
+    atomic max a program) at AMAX_BITS[0]: both copies' without an RHT, else the row copy's,
+    and the column copy's at AMAX_BITS[1]. XHAT_R_ON /
     XHAT_C_ON: that copy is written decoded (unscaled x_hat, value x block scale, exact in
     the 16-bit type of XHAT_R / XHAT_C, in x's orientation: two a word) instead of as codes
-    and scale bytes. MODE: 0 round-to-nearest-even, 4 "sr16" (blocks of 16: a block is a
-    Philox group; seed, or the int64 it points to (SEED_PTR); the column copy's stream at
-    offset_c, as quantize.launch_rowcol's). ONE_LANE: Config.one_lane's layouts, where
-    one_lane_fits. RN_C: 16 rotates the column copy by an RHT of 16 (SIGNS_C its signs,
-    NORM_C the f64 1 / 4) before it is quantized: one block of 16, in one thread (ONE_LANE).
+    and scale bytes. MODE_R / MODE_C, each copy's rounding: 0 round-to-nearest-even, 4 "sr16"
+    (a 16-element group a Philox counter, two a block of 32; seed, or the int64 it points to
+    (SEED_PTR); the column copy's stream at offset_c, as quantize.launch_rowcol's).
+    ONE_LANE: Config.one_lane's layouts, where one_lane_fits. RN_C: 16 rotates the column copy
+    by an RHT of 16 (SIGNS_C its signs, NORM_C the f64 1 / 4) before it is quantized: one
+    block of 16, in one thread (ONE_LANE). RN_R: B rotates the row copy by an RHT of its block
+    (SIGNS_R, NORM_R; MXFP4's Fprop operands), one block in one thread likewise.
     F32: x is f32 (a LayerNorm's output under autocast), a word two f32 in 64 bits."""
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
+    gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE and RN_C == 0), "a row RHT is one block in one lane")
+    SPLIT_AMAX: gl.constexpr = RN_R > 0 or RN_C > 0  # the copies' amaxes differ
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = B // 2
@@ -325,7 +388,10 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
     o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
     tile_max = 0
-    tile_max_c = 0  # the column copy's, after its RHT
+    tile_max_c = 0  # the column copy's, where an RHT makes it differ
+    if RN_R > 0:  # word k of a row block holds its elements 2k and 2k + 1: their signs
+        sign_lo = gl.load(SIGNS_R + 2 * k).to(gl.float64)
+        sign_hi = gl.load(SIGNS_R + 2 * k + 1).to(gl.float64)
     for it in gl.static_range(ITERS):
         e = e_next
         o = o_next
@@ -336,17 +402,22 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         # ---- the row copy
         for half in gl.static_range(2):
             v = e if half == 0 else o
-            m_lo, m_hi = _abs_max_elems(v, 2, F32)
+            lo, hi = _elems(v, F32)
+            if RN_R > 0:  # the RHT runs along a row block, in one thread
+                lo, hi = _rht_row(lo, hi, sign_lo, sign_hi, NORM_R, H, W // WB, WB, LR)
+                m_lo = gl.max(lo.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+                m_hi = gl.max(hi.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+            else:
+                m_lo, m_hi = _abs_max_elems(v, 2, F32)
             bmax = gl.maximum(m_lo, m_hi)  # a row block's words are all its elements
             if FUSE_AMAX:
                 tile_max = gl.maximum(tile_max, gl.max(gl.max(bmax, axis=1), axis=0))
             sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
                                               S_MIN, NANB)
-            lo, hi = _elems(v, F32)
-            # word k of a block holds members 2k and 2k + 1 of its "sr16" group
-            counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 + offset_r
+            # word k of a block holds its members 2k and 2k + 1 ("sr16": B / 16 groups a block)
+            counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 * (B // 16) + offset_r
             codes, x_lo, x_hi = _quant_pair(lo, hi, mult, sv, bad, s_r, seed, counter, 2 * k, 2, EMIN, MBITS, FIXED,
-                                            TWOS, BITS, GMAX, MODE)
+                                            TWOS, BITS, GMAX, MODE_R, B)
             if XHAT_R_ON:
                 XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
                 gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, _word(x_lo, x_hi, XHAT_R.dtype.element_ty))
@@ -367,22 +438,27 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             m_hi = _abs_max_col(e_hi, o_hi)
             if FUSE_AMAX:
                 tile_max_c = gl.maximum(tile_max_c, gl.max(gl.max(gl.maximum(m_lo, m_hi), axis=1), axis=0))
-        elif F32:  # element columns 2w (the words' lower elements) and 2w + 1
-            me_lo, me_hi = _abs_max_elems(ec, 1, True)
-            mo_lo, mo_hi = _abs_max_elems(oc, 1, True)
-            m_lo = gl.maximum(me_lo, mo_lo)
-            m_hi = gl.maximum(me_hi, mo_hi)
-        else:  # element columns 2w (the words' low halves) and 2w + 1 from one halfword max
-            m = _max_u16x2(_abs_max16(ec, 1), _abs_max16(oc, 1))
-            m_lo = m << 16
-            m_hi = m & -65536
-        # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" group is its block
-        counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j + offset_c
+        else:
+            if F32:  # element columns 2w (the words' lower elements) and 2w + 1
+                me_lo, me_hi = _abs_max_elems(ec, 1, True)
+                mo_lo, mo_hi = _abs_max_elems(oc, 1, True)
+                m_lo = gl.maximum(me_lo, mo_lo)
+                m_hi = gl.maximum(me_hi, mo_hi)
+            else:  # element columns 2w (the words' low halves) and 2w + 1 from one halfword max
+                m = _max_u16x2(_abs_max16(ec, 1), _abs_max16(oc, 1))
+                m_lo = m << 16
+                m_hi = m & -65536
+            if FUSE_AMAX and SPLIT_AMAX:  # a row RHT: the column copy's amax is the input's
+                tile_max_c = gl.maximum(tile_max_c, gl.max(gl.max(gl.maximum(m_lo, m_hi), axis=1), axis=0))
+        # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" groups are
+        # its blocks' 16-row runs
+        counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j * (B // 16) + offset_c
         b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS,
-                                             BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, MODE)
+                                             BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB,
+                                             MODE_C, B)
         b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
                                              TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
-                                             NANB, MODE)
+                                             NANB, MODE_C, B)
         if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
             XC_OUT = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
             we = _word(xe_lo, xe_hi, XHAT_C.dtype.element_ty)
@@ -398,7 +474,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             gl.store(SCALES_C + (2 * wj + 1) * (R // B) + r0 // WB + j, s_hi)
     if FUSE_AMAX:
         gl.atomic_max(AMAX_BITS, tile_max)
-        if RN_C > 0:
+        if SPLIT_AMAX:
             gl.atomic_max(AMAX_BITS + 1, tile_max_c)
     if (pid_r == 0) & (pid_c == 0):
         gl.store(TS_OUT, s_r)
@@ -499,16 +575,19 @@ def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: boo
 def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple, codes_on: tuple, xhat_on: tuple,
             unscaled: bool, xhat_dtype, config: tuple = CONFIG) -> bool:
     """Whether _rowcol_kernel serves this row+col call (the module doc's scope): each copy
-    packed or decoded (unscaled, 16-bit), RTNE, or "sr16" on both with blocks of 16; rht:
-    the (row, column) RHT sizes (0: none), a column RHT of 16 only with blocks of 16 in one
-    lane (the column copy packed, or decoded: TE's dY call)."""
+    packed or decoded (unscaled, 16-bit), each RTNE or "sr16" (blocks of 32: one lane a
+    block); rht: the (row, column) RHT sizes (0: none), a column RHT of 16 only with blocks
+    of 16 in one lane (the column copy packed, or decoded: TE's dY call), a row RHT of the
+    block size only in one lane and without a column RHT (MXFP4's calls)."""
     config = Config(*config)
     R, C = x.shape
     rn_r, rn_c = rht
+    lane = one_lane_fits(spec.block, config)
     one_each = all(c != h for c, h in zip(codes_on, xhat_on))
     decoded_ok = not any(xhat_on) or (unscaled and xhat_dtype in (torch.bfloat16, torch.float16))
-    rounding_ok = rounding_r == rounding_c and (rounding_r == "rtne" or rounding_r == "sr16" and spec.block == 16)
-    rht_ok = rn_r == 0 and (rn_c == 0 or rn_c == 16 and one_lane_fits(spec.block, config))
+    rounding_ok = all(r == "rtne" or r == "sr16" and (spec.block == 16 or lane) for r in (rounding_r, rounding_c))
+    rht_ok = ((rn_r == 0 and (rn_c == 0 or rn_c == 16 and lane))
+              or (rn_c == 0 and rn_r == spec.block and lane))
     return (x.dtype in INPUTS and spec.packed and spec.block in (16, 32) and not spec.tile_2d
             and not spec.per_tensor and rounding_ok and rht_ok and one_each and decoded_ok
             and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
@@ -519,13 +598,14 @@ INPUTS = (torch.bfloat16, torch.float32)
 
 
 def one_lane_fits(block: int, config: Config) -> bool:
-    """Config.one_lane's layouts serve this block size and tile: blocks of 16 (8 words, 8
-    row pairs), the tile's row blocks and column blocks each dividing a warp, and no
-    layout wider than the tile (no lane would hold a copy of another's elements)."""
-    if block != 16 or not config.one_lane:
+    """Config.one_lane's layouts serve this block size and tile: blocks of 16 or 32 (block / 2
+    words, block / 2 row pairs a thread), the tile's row blocks and column blocks each
+    dividing a warp, and no layout wider than the tile (no lane would hold a copy of
+    another's elements)."""
+    if block not in (16, 32) or not config.one_lane:
         return False
     rows, words = config.bm // 2, config.bk // 2
-    row_blocks, col_blocks = words // 8, rows // 8
+    row_blocks, col_blocks = words // (block // 2), rows // (block // 2)
     return (row_blocks <= 32 and 32 % row_blocks == 0 and col_blocks <= 32 and 32 % col_blocks == 0
             and 32 // row_blocks * config.warps <= rows and 32 // col_blocks * config.warps <= words)
 
@@ -534,7 +614,7 @@ def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     """_rowcol_kernel's constexprs from quantize._constexprs' (which it shares but for
     the tile, the layouts' warps and what it does not take)."""
     config = Config(*config)
-    drop = ("TILE2D", "MODE")
+    drop = ("TILE2D", "MODE")  # the modes are per copy: MODE_R, MODE_C
     launch = dict(num_warps=config.warps, **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=config.bm, BK=config.bk,
                 NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config), **launch)
@@ -561,20 +641,22 @@ def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False)
 
 def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False,
                  maxnreg: int | None = None, xhat_c: bool = False, mode: int = 0, seed_ptr: bool = False,
-                 rn_c: int = 0, f32: bool = False):
+                 rn_c: int = 0, f32: bool = False, mode_c: int | None = None, rn_r: int = 0):
     """_rowcol_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the
     CPU tier checks (tests/unit/test_rowcol_gluon.py)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r, XHAT_C_ON=xhat_c, MODE=mode,
-                  SEED_PTR=seed_ptr, RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, F32=f32)
+    consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r, XHAT_C_ON=xhat_c, MODE_R=mode,
+                  MODE_C=mode if mode_c is None else mode_c, SEED_PTR=seed_ptr, RN_C=rn_c,
+                  NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, F32=f32, RN_R=rn_r,
+                  NORM_R=1.0 / math.sqrt(rn_r) if rn_r else 1.0)
     warps = consts.pop("num_warps")
     maxnreg = consts.pop("maxnreg", maxnreg)
     fn = _rowcol_kernel
     types = dict(X="*fp32" if f32 else "*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32",
-                 TS_OUT="*fp32", SIGNS_C="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64",
+                 TS_OUT="*fp32", SIGNS_R="*fp32", SIGNS_C="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64",
                  offset_c="i64")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
     sig.update({k: "constexpr" for k in consts})

@@ -112,7 +112,8 @@ pub struct Eff {
 /// sixteen; the sr16 term only for quantizer revisions whose sr16 rounds in integers, the
 /// gather term only for revisions that gather, ops.rs `quant_kernel`). Both kinds of call
 /// run the strip kernel; a call with SR uses its narrower SR tile, which prices its
-/// rotation differently (`rht_s_per_elem`) from the plain tile (`strip_rht_s_per_elem`).
+/// rotation differently (`rht_s_per_elem`; a copy with an RHT of 16 `rht16_sr_s_per_elem`)
+/// from the plain tile (`strip_rht_s_per_elem`).
 /// From revision 13 an RTNE row+col call without an RHT on 4-bit formats with 1-D blocks
 /// runs the Gluon kernel instead: `call_s + amax pass + gluon_time_factor * (that price -
 /// call_s - amax pass)` (the amax pass is its own kernel on either route, scaled by
@@ -126,6 +127,9 @@ pub struct EmulCost {
     pub call_s: f64,
     pub s_per_elem: f64,
     pub rht_s_per_elem: f64,
+    /// As `rht_s_per_elem`, for a copy rotated by an RHT of 16 in a call with SR (TE's dY
+    /// call; absent from the file: `rht_s_per_elem`).
+    pub rht16_sr_s_per_elem: f64,
     pub strip_rht_s_per_elem: f64,
     pub sr_s_per_elem: f64,
     pub sr4_s_per_elem: f64,
@@ -160,8 +164,14 @@ pub struct EmulCost {
     pub gluon_rht_rtne_time_factor: f64,
     /// As `gluon_rht_time_factor`, for the "sr16" ones whose column copy is decoded (revision 16 on).
     pub gluon_rht_decoded_time_factor: f64,
-    /// As `gluon_time_factor`, for every call of an f32 input (revision 17 on).
+    /// As `gluon_time_factor`, for every call of an f32 input (revision 17 on) but those with a
+    /// row RHT (`gluon_row_rht_time_factor`).
     pub gluon_f32_time_factor: f64,
+    /// As `gluon_time_factor`, for the calls with a row RHT of the block size (revision 18 on:
+    /// MXFP4's X and W calls).
+    pub gluon_row_rht_time_factor: f64,
+    /// As `gluon_time_factor`, for the "sr16" calls on blocks of 32 (revision 18 on: MXFP4's dY).
+    pub gluon_block32_sr16_time_factor: f64,
     /// A row+col call's amax pass on rowcol_gluon.py's kernel (revision 15 on; no RHT) costs
     /// this fraction of strip.py's (`amax_s_per_elem` per input element).
     pub gluon_amax_time_factor: f64,
@@ -295,6 +305,12 @@ impl Hw {
                 call_s: e.triton_quant_call_us.value * 1e-6,
                 s_per_elem: e.triton_quant_ns_per_elem.value * 1e-9,
                 rht_s_per_elem: e.triton_quant_rht_ns_per_elem.value * 1e-9,
+                rht16_sr_s_per_elem: e
+                    .triton_quant_rht16_sr_ns_per_elem
+                    .as_ref()
+                    .unwrap_or(&e.triton_quant_rht_ns_per_elem)
+                    .value
+                    * 1e-9,
                 strip_rht_s_per_elem: e
                     .triton_quant_strip_rht_ns_per_elem
                     .as_ref()
@@ -336,6 +352,12 @@ impl Hw {
                     &e.triton_quant_gluon_rht_decoded_time_factor,
                 ),
                 gluon_f32_time_factor: optional_factor(&e.triton_quant_gluon_f32_time_factor),
+                gluon_row_rht_time_factor: optional_factor(
+                    &e.triton_quant_gluon_row_rht_time_factor,
+                ),
+                gluon_block32_sr16_time_factor: optional_factor(
+                    &e.triton_quant_gluon_block32_sr16_time_factor,
+                ),
                 gluon_amax_time_factor: optional_factor(&e.triton_quant_gluon_amax_time_factor),
                 gluon_amax_rht_time_factor: optional_factor(
                     &e.triton_quant_gluon_amax_rht_time_factor,

@@ -192,7 +192,7 @@ const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
 /// absent.
-pub const QUANT_REV: u32 = 17;
+pub const QUANT_REV: u32 = 18;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
@@ -229,6 +229,11 @@ struct QuantKernel {
     /// LayerNorm's output under autocast): the kernel at `gluon_f32_time_factor`, the amax
     /// pass at the bf16 passes' factors.
     f32_in: bool,
+    /// rowcol_gluon.py holds a block of 32 in one lane too (session 19 on, revision 18), so
+    /// it takes MXFP4's calls: "sr16" on blocks of 32 (`gluon_block32_sr16_time_factor`), a
+    /// rounding for each copy, and a row RHT of the block size beside an unrotated column copy
+    /// (`gluon_row_rht_time_factor`).
+    block32: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -248,6 +253,7 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
         gluon_amax: rev >= 15,
         te_calls: rev >= 16,
         f32_in: rev >= 17,
+        block32: rev >= 18,
     })
 }
 
@@ -315,11 +321,18 @@ fn emulated_quant_s(
             let amax_pass_s = amax * (e.amax_s_per_elem + amax_rht_s);
             let sr_any = stochastic + stochastic4 + stochastic16 > 0.0;
             // The kernel that runs (kernels/quantize.py rowcol_route): the strip kernel
-            // unless a copy uses SR; each prices its rotation differently.
-            let rht_s = if sr_any {
-                e.rht_s_per_elem
+            // unless a copy uses SR; each prices its rotation differently. With SR a copy
+            // rotated by an RHT of 16 (TE's dY call) has its own term, apart from other
+            // rotations (MXFP4's row RHT of 32), which the calls price differently.
+            let rotated16: f64 = outs
+                .iter()
+                .filter(|o| o.rht == 16)
+                .map(|o| numel * o.copies as f64)
+                .sum();
+            let rotation_s = if sr_any {
+                rotated16 * e.rht16_sr_s_per_elem + (rotated - rotated16) * e.rht_s_per_elem
             } else {
-                e.strip_rht_s_per_elem
+                rotated * e.strip_rht_s_per_elem
             };
             // A row+col call's strip programs of several tiles load the next tile while
             // they quantize the current one: ITERS - 1 of ITERS tiles overlap.
@@ -350,8 +363,15 @@ fn emulated_quant_s(
             // From revision 14 also "sr16" calls (both copies) with blocks of 16, and calls
             // whose packed column copy alone has an RHT of 16 (blocks of 16); from 16 a
             // decoded column copy with it too.
+            // From 18 (a block of 32 in one lane) "sr16" on blocks of 32 too, each copy its own
+            // rounding (RTNE or "sr16"), and a row RHT of the block size (MXFP4's calls).
             let blocks16 = outs.iter().all(|o| o.fmt.block == 16);
             let all_sr16 = stochastic16 == elems && kernel.one_lane && blocks16;
+            let sr16_only = kernel.block32 && stochastic + stochastic4 == 0.0;
+            let row_rht = kernel.block32
+                && outs.len() == 2
+                && outs[0].rht == outs[0].fmt.block
+                && outs[1].rht == 0;
             let column_rht16 = kernel.one_lane
                 && blocks16
                 && (written.col_packed || kernel.te_calls)
@@ -363,16 +383,19 @@ fn emulated_quant_s(
                 && written.no_container
                 && gluon_input
                 && outs.len() == 2
-                && (!sr_any || all_sr16)
-                && (rotated == 0.0 || column_rht16)
+                && (!sr_any || all_sr16 || sr16_only)
+                && (rotated == 0.0 || column_rht16 || row_rht)
                 && outs.iter().all(|o| {
                     o.fmt.elem.bits() == 4 && !o.fmt.tile_2d && matches!(o.fmt.block, 16 | 32)
                 });
             // An f32 input's call moves twice the input bytes: it runs near copy bandwidth on
-            // either kernel, so it keeps a factor of its own (revision 17 on).
+            // either kernel, so it keeps a factor of its own (revision 17 on), but for a row
+            // RHT's calls, whose f64 butterflies bound the strip kernel either way (run 23).
             let gluon_factor = match (kernel.one_lane, rotated > 0.0, sr_any) {
+                _ if row_rht => e.gluon_row_rht_time_factor,
                 _ if !written.bf16_in => e.gluon_f32_time_factor,
                 (false, _, _) => e.gluon_time_factor,
+                (true, false, true) if sr16_only && !blocks16 => e.gluon_block32_sr16_time_factor,
                 (true, true, false) if kernel.te_calls => e.gluon_rht_rtne_time_factor,
                 (true, true, true) if kernel.te_calls && !written.col_packed => {
                     e.gluon_rht_decoded_time_factor
@@ -383,7 +406,7 @@ fn emulated_quant_s(
             };
             let strip_s = e.call_s
                 + elems * e.s_per_elem
-                + rotated * rht_s
+                + rotation_s
                 + stochastic * e.sr_s_per_elem
                 + stochastic4 * e.sr4_s_per_elem
                 + stochastic16 * e.sr16_s_per_elem

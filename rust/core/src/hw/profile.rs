@@ -173,6 +173,10 @@ pub struct Emulation {
     pub triton_quant_ns_per_elem: Num,
     /// Per rotated element in calls with SR (the strip kernel's SR tile).
     pub triton_quant_rht_ns_per_elem: Num,
+    /// As `triton_quant_rht_ns_per_elem`, for a copy rotated by an RHT of 16 in a call with
+    /// SR (TE's dY call; MXFP4's row RHT of 32 keeps the other; absent: that price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_rht16_sr_ns_per_elem: Option<Num>,
     /// Per rotated element in calls without SR (the strip kernel's plain tile; absent: the SR price).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_strip_rht_ns_per_elem: Option<Num>,
@@ -247,6 +251,14 @@ pub struct Emulation {
     /// revision 17 on runs on rowcol_gluon.py (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_f32_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_time_factor`, for the calls with a row RHT of the block size
+    /// that quantizer revision 18 on runs on rowcol_gluon.py (MXFP4's X and W) (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_row_rht_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_time_factor`, for the "sr16" calls on blocks of 32 that quantizer
+    /// revision 18 on runs on rowcol_gluon.py (MXFP4's dY) (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_block32_sr16_time_factor: Option<Num>,
     /// A row+col call's amax pass on rowcol_gluon.py's kernel (quantizer revision 15 on, no
     /// RHT) over strip.py's, applied to `triton_quant_amax_ns_per_elem` (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -461,6 +473,10 @@ impl Profile {
                     (
                         "emulation.triton_quant_sr_ns_per_elem",
                         &em.triton_quant_sr_ns_per_elem,
+                    ),
+                    (
+                        "emulation.triton_quant_rht16_sr_ns_per_elem",
+                        &em.triton_quant_rht16_sr_ns_per_elem,
                     ),
                     (
                         "emulation.triton_quant_strip_rht_ns_per_elem",

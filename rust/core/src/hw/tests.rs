@@ -763,9 +763,10 @@ fn emulated_integer_sr16_saves_per_stochastically_rounded_element() {
     for rev in [9, 10] {
         assert_eq!(saved(both, &format!(r#", "quant_rev": {rev}"#)), 0.0);
     }
-    // MX's X call: a rotated row copy without SR, an sr16 column copy: the column copy's.
+    // MX's X call: a rotated row copy without SR, an sr16 column copy: the column copy's (on
+    // the strip kernel, up to revision 17).
     let x = r#"{"format": "mxfp4", "rht": 32}, {"format": "mxfp4", "sr": true, "sr16": true}"#;
-    assert!((saved(x, "") - n * 0.0002e-9).abs() < 1e-15);
+    assert!((saved(x, r#", "quant_rev": 17"#) - n * 0.0002e-9).abs() < 1e-15);
     let sr4 = r#"{"format": "nvfp4", "sr": true, "sr4": true}, {"format": "nvfp4", "sr": true, "sr4": true}"#;
     assert_eq!(saved(sr4, ""), 0.0);
     assert_eq!(
@@ -914,9 +915,10 @@ fn split_k_fills_the_sms_from_few_tiles() {
 
 #[test]
 fn emulated_quantizer_prices_rotation_by_kernel() {
-    // A call without SR runs the strip kernel (its own, cheaper rotation term); a call with
-    // SR runs the split / transposing kernels (the other). (Revision 9, one tile a strip
-    // program: an RHT would change the tiles a program takes.)
+    // A call without SR runs the strip kernel's plain tile (its own, cheaper rotation term); a
+    // call with SR its SR tile (the other; an RHT of 16 its own again). (Revision 9, one tile a
+    // strip program: an RHT would change the tiles a program takes; the amax given, so that
+    // no amax pass rotates.)
     let h = hw("h200");
     let e = h.emulation.unwrap();
     assert!(
@@ -925,17 +927,22 @@ fn emulated_quantizer_prices_rotation_by_kernel() {
     );
     let cost = |rht: u32, sr: bool| {
         let op = format!(
-            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "quant_rev": 9, "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "rht": {rht}, "sr": {sr}}}]}}"#
+            r#"{{"op": "quantize", "numel": 1e7, "impl": "fourcast-triton", "quant_rev": 9, "refresh": 10, "outputs": [{{"format": "nvfp4", "sr": {sr}}}, {{"format": "nvfp4", "rht": {rht}, "sr": {sr}}}]}}"#
         );
         op_time(&h, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
     };
     let strip = cost(16, false) - cost(0, false);
-    let old = cost(16, true) - cost(0, true);
+    let sr16 = cost(16, true) - cost(0, true);
+    let sr32 = cost(32, true) - cost(0, true);
     assert!(
         (strip - 1e7 * e.strip_rht_s_per_elem).abs() <= 1e-12,
         "{strip}"
     );
-    assert!((old - 1e7 * e.rht_s_per_elem).abs() <= 1e-12, "{old}");
+    assert!(
+        (sr16 - 1e7 * e.rht16_sr_s_per_elem).abs() <= 1e-12,
+        "{sr16}"
+    );
+    assert!((sr32 - 1e7 * e.rht_s_per_elem).abs() <= 1e-12, "{sr32}");
 }
 
 /// The emulated price of a 32768 x 2304 row+col quantize call (fourcast-triton, amaxes
@@ -1066,6 +1073,32 @@ fn emulated_gluon_amax_pass_is_priced_per_element_from_revision_15() {
     assert_eq!(price(row_rht, rev14), price(row_rht, rev15));
 }
 
+/// Input elements of the 32768 x 2304 calls the emulation tests price.
+const EMUL_NUMEL: f64 = 75497472.0;
+
+/// The h200 file's machine with one emulation term (`set` writes it) at 0 and at `value`.
+fn h200_term_off_and_on(value: f64, set: impl Fn(&mut EmulCost, f64)) -> (Hw, Hw) {
+    let at = |v: f64| {
+        let mut h = hw("h200");
+        let mut e = h.emulation.unwrap();
+        set(&mut e, v);
+        h.emulation = Some(e);
+        h
+    };
+    (at(0.0), at(value))
+}
+
+/// What `with` adds to `without`'s emulation price of a 32768 x 2304 quantize call
+/// (fourcast-triton) with these outputs, refresh and quantizer revision.
+fn emulation_extra(with: &Hw, without: &Hw, outs: &str, refresh: u32, rev: u32) -> f64 {
+    let op = format!(
+        r#"{{"op": "quantize", "numel": {EMUL_NUMEL}, "impl": "fourcast-triton", "refresh": {refresh}, "quant_rev": {rev}, "outputs": [{outs}]}}"#
+    );
+    let op = parse_op(&op).unwrap();
+    op_time(with, &op).unwrap().detail["emulation_s"]
+        - op_time(without, &op).unwrap().detail["emulation_s"]
+}
+
 #[test]
 fn emulated_amax_pass_of_a_rotated_call_adds_the_rotated_amax_term() {
     // A call with an RHT on any copy measures the rotated copy's amax: its amax pass costs
@@ -1073,31 +1106,11 @@ fn emulated_amax_pass_of_a_rotated_call_adds_the_rotated_amax_term() {
     // one, kernels-h200.md session 18 item 5), at every revision. From revision 15
     // rowcol_gluon's rotated pass (a column RHT of 16) scales it with the rest of the pass.
     // An unrotated call, an amax given and a format without a tensor scale add nothing.
-    let zero = {
-        let mut h = hw("h200");
-        h.emulation = Some(EmulCost {
-            amax_rht_s_per_elem: 0.0,
-            ..h.emulation.unwrap()
-        });
-        h
-    };
-    let e = EmulCost {
-        amax_rht_s_per_elem: 2e-12,
-        ..zero.emulation.unwrap()
-    };
-    let with = Hw {
-        emulation: Some(e),
-        ..zero.clone()
-    };
-    let n = 75497472.0;
-    let extra = |outs: &str, refresh: u32, rev: u32| {
-        let op = format!(
-            r#"{{"op": "quantize", "numel": {n}, "impl": "fourcast-triton", "refresh": {refresh}, "quant_rev": {rev}, "outputs": [{outs}]}}"#
-        );
-        let op = parse_op(&op).unwrap();
-        op_time(&with, &op).unwrap().detail["emulation_s"]
-            - op_time(&zero, &op).unwrap().detail["emulation_s"]
-    };
+    let (zero, with) = h200_term_off_and_on(2e-12, |e, v| e.amax_rht_s_per_elem = v);
+    let e = with.emulation.unwrap();
+    let n = EMUL_NUMEL;
+    let extra =
+        |outs: &str, refresh: u32, rev: u32| emulation_extra(&with, &zero, outs, refresh, rev);
     let te_x = r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#;
     let sr16 = r#""sr": true, "sr16": true"#;
     let te_dy = format!(
@@ -1139,6 +1152,58 @@ fn emulated_amax_pass_of_a_rotated_call_adds_the_rotated_amax_term() {
         );
     }
     assert_eq!(extra(te_x, 10, QUANT_REV), 0.0); // the amax given: no pass
+}
+
+#[test]
+fn emulated_sr_rotation_of_16_has_its_own_term() {
+    // With SR a copy rotated by an RHT of 16 (TE's dY call, with "sr16", "sr4" or "sr")
+    // prices its rotation with rht16_sr_s_per_elem, at every revision: strip.py's price,
+    // rowcol_gluon's factor of it where the call runs there (a packed column copy from
+    // revision 14, a decoded one from 16). Other rotations with SR (MXFP4's row RHT of 32)
+    // keep rht_s_per_elem, calls without SR (TE's X call) strip_rht_s_per_elem. A file
+    // without the term prices those copies with rht_s_per_elem, as before it.
+    let (zero, with) = h200_term_off_and_on(2e-12, |e, v| e.rht16_sr_s_per_elem = v);
+    let e = with.emulation.unwrap();
+    let full = EMUL_NUMEL * e.rht16_sr_s_per_elem;
+    let sr16 = r#""sr": true, "sr16": true"#;
+    let te_dy = format!(
+        r#"{{"format": "nvfp4", "decoded": true, {sr16}}}, {{"format": "nvfp4", "decoded": true, "rht": 16, {sr16}}}"#
+    );
+    let packed_dy =
+        format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", "rht": 16, {sr16}}}"#);
+    let sr4_dy = r#"{"format": "nvfp4", "sr": true, "sr4": true}, {"format": "nvfp4", "rht": 16, "sr": true, "sr4": true}"#;
+    let sr_dy = r#"{"format": "nvfp4", "sr": true}, {"format": "nvfp4", "rht": 16, "sr": true}"#;
+    let te_x = r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#;
+    let mx_x = format!(r#"{{"format": "mxfp4", "rht": 32}}, {{"format": "mxfp4", {sr16}}}"#);
+    for (outs, rev, want) in [
+        (te_dy.as_str(), 12, full),
+        (&te_dy, 15, full), // a decoded column copy: strip.py's quantizer up to 15
+        (&te_dy, QUANT_REV, full * e.gluon_rht_decoded_time_factor),
+        (&packed_dy, 12, full),
+        (&packed_dy, 14, full * e.gluon_rht_time_factor),
+        (sr4_dy, 9, full),
+        (sr_dy, 9, full),
+        (sr_dy, QUANT_REV, full),
+        (te_x, 12, 0.0),
+        (te_x, QUANT_REV, 0.0),
+        (&mx_x, 12, 0.0),
+        (&mx_x, QUANT_REV, 0.0),
+    ] {
+        for refresh in [1, 10] {
+            let got = emulation_extra(&with, &zero, outs, refresh, rev);
+            assert!(
+                (got - want).abs() < 1e-15,
+                "{outs} rev {rev}: {got} vs {want}"
+            );
+        }
+    }
+    let mut old = Profile::load("h200").unwrap();
+    old.emulation
+        .as_mut()
+        .unwrap()
+        .triton_quant_rht16_sr_ns_per_elem = None;
+    let e = Hw::from_profile(&old).emulation.unwrap();
+    assert_eq!(e.rht16_sr_s_per_elem, e.rht_s_per_elem);
 }
 
 #[test]
@@ -1289,7 +1354,7 @@ fn emulated_te_calls_price_by_their_own_factors_from_revision_16() {
         r#"{"format": "nvfp4", "sr": true}, {"format": "nvfp4", "rht": 16, "decoded": true, "sr": true}"#,
     ] {
         assert_eq!(
-            emulated_quant_price(&hw, outs, ""),
+            emulated_quant_price(&hw, outs, rev16),
             emulated_quant_price(&hw, outs, rev12),
             "{outs}"
         );
@@ -1365,6 +1430,64 @@ fn emulated_f32_inputs_run_the_gluon_kernels_from_revision_17() {
         assert!(
             (gap - 0.25 * kernel).abs() < 1e-12,
             "{refresh}: {gap} {kernel}"
+        );
+    }
+}
+
+#[test]
+fn emulated_mxfp4_calls_run_the_gluon_kernel_from_revision_18() {
+    // Revision 18 (session 19, the default): rowcol_gluon.py holds a block of 32 in one lane,
+    // so MXFP4's X and W calls (a row RHT of 32, RTNE, beside an "sr16" column copy) run it at
+    // `gluon_row_rht_time_factor` and its dY call ("sr16" on both) at
+    // `gluon_block32_sr16_time_factor`; up to 17 they kept the strip price. A column RHT of 32,
+    // a row RHT beside a column one and "sr" keep it at 18 too.
+    let hw = h200_with_all(&[
+        ("emulation.triton_quant_gluon_row_rht_time_factor", "0.5"),
+        (
+            "emulation.triton_quant_gluon_block32_sr16_time_factor",
+            "0.75",
+        ),
+    ]);
+    let (rev12, rev17) = (r#", "quant_rev": 12"#, r#", "quant_rev": 17"#);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
+    let sr16 = r#""sr": true, "sr16": true"#;
+    for (outs, factor) in [
+        (
+            format!(
+                r#"{{"format": "mxfp4", "rht": 32, "decoded": true}}, {{"format": "mxfp4", {sr16}}}"#
+            ),
+            0.5,
+        ),
+        (
+            format!(
+                r#"{{"format": "mxfp4", "rht": 32, "decoded": true}}, {{"format": "mxfp4", "decoded": true, {sr16}}}"#
+            ),
+            0.5,
+        ),
+        (
+            format!(
+                r#"{{"format": "mxfp4", "decoded": true, {sr16}}}, {{"format": "mxfp4", "decoded": true, {sr16}}}"#
+            ),
+            0.75,
+        ),
+    ] {
+        let at18 = emulated_quant_price(&hw, &outs, "");
+        assert!(close(at18, gluon_scaled(&hw, &outs, factor)), "{outs}");
+        assert_eq!(
+            emulated_quant_price(&hw, &outs, rev17),
+            emulated_quant_price(&hw, &outs, rev12),
+            "{outs}"
+        );
+    }
+    for outs in [
+        r#"{"format": "mxfp4"}, {"format": "mxfp4", "rht": 32}"#,
+        r#"{"format": "mxfp4", "rht": 32}, {"format": "mxfp4", "rht": 32}"#,
+        r#"{"format": "mxfp4", "sr": true}, {"format": "mxfp4", "sr": true}"#,
+    ] {
+        assert_eq!(
+            emulated_quant_price(&hw, outs, ""),
+            emulated_quant_price(&hw, outs, rev12),
+            "{outs}"
         );
     }
 }
