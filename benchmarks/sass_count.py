@@ -87,27 +87,38 @@ def _fmt(name: str) -> dict:
     return dict(element=element, scale=scale, block=int(block), tile_2d=False, rule=rule)
 
 
-def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unscaled=False, rn_c=0) -> dict:
-    """The strip row+col kernel at the tile quantize_rowcol gives the call."""
+def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unscaled=False, rn_c=0,
+          rounding_c: str | None = None, rn_r: int = 0) -> dict:
+    """The strip row+col kernel at the tile quantize_rowcol gives the call (rounding_c: the
+    column copy's, if not the row copy's; rn_r: a row RHT)."""
     from fourcast.kernels import strip as sk
 
     spec = parse_fmt(_fmt(fmt))
-    br, bc, warps = sk.strip_config(spec.block, 0, rn_c, rounding in ("sr", "sr4", "sr16"), None, False)
+    rounding_c = rounding_c or rounding
+    sr = any(r in ("sr", "sr4", "sr16") for r in (rounding, rounding_c))
+    br, bc, warps = sk.strip_config(spec.block, rn_r, rn_c, sr, None, False)
     c = qk._constexprs(spec, rounding)
-    mode = c.pop("MODE")
-    c.update(MODE_R=mode, MODE_C=mode, FUSE_AMAX=False, CODES_R_ON=codes[0], XHAT_R_ON=xhat[0],
-             CODES_C_ON=codes[1], XHAT_C_ON=xhat[1], UNSCALED=unscaled, RN_R=0, LOG2N_R=0, NORM_R=1.0,
+    c.pop("MODE")
+    c.update(MODE_R=qk.ROUND_ID[rounding], MODE_C=qk.ROUND_ID[rounding_c], FUSE_AMAX=False, CODES_R_ON=codes[0],
+             XHAT_R_ON=xhat[0], CODES_C_ON=codes[1], XHAT_C_ON=xhat[1], UNSCALED=unscaled, RN_R=rn_r,
+             LOG2N_R=rn_r.bit_length() - 1 if rn_r else 0, NORM_R=qk.rht_norm(rn_r),
              RN_C=rn_c, LOG2N_C=rn_c.bit_length() - 1 if rn_c else 0, NORM_C=qk.rht_norm(rn_c), RNE_BF16=False,
              BR=br, BC=bc, SEED_PTR=False, ITERS=1)  # ITERS 1: the count is one tile's work
     sig = dict(RC_PTRS, R="i32", C="i32", seed="i64", offset_r="i64", offset_c="i64", **{k: "constexpr" for k in c})
     n = _count(_sass(sk._strip_kernel, sig, c, warps))
     out = "+".join(n for n, on in (("codes", any(codes)), ("x_hat" + (" unscaled" if unscaled else ""), any(xhat)))
                    if on)
-    return dict(kernel=f"rowcol strip {br}x{bc}" + (f" col RHT{rn_c}" if rn_c else ""), fmt=fmt, rounding=rounding,
-                rht=rn_c, out=out, instr=n, per_elem=n / (br * bc / (32 * warps)))
+    rot = (f" row RHT{rn_r}" if rn_r else "") + (f" col RHT{rn_c}" if rn_c else "")
+    return dict(kernel=f"rowcol strip {br}x{bc}" + rot, fmt=fmt, rounding=_roundings(rounding, rounding_c),
+                rht=rn_r or rn_c, out=out, instr=n, per_elem=n / (br * bc / (32 * warps)))
 
 
-def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = "rtne", rn_c: int = 0) -> dict:
+def _roundings(rounding_r: str, rounding_c: str) -> str:
+    return rounding_r if rounding_r == rounding_c else f"{rounding_r}+{rounding_c}"
+
+
+def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = "rtne", rn_c: int = 0,
+          rounding_c: str | None = None, rn_r: int = 0) -> dict:
     """rowcol_gluon's kernel at its default tile for the call (config_for): both copies packed, the X call's decoded
     row (unscaled) + packed column, or the dY call (both decoded, "sr16"); rn_c: a column
     RHT. Its loop over ITERS row tiles is unrolled, so the count covers all of a program's
@@ -115,18 +126,19 @@ def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = 
     from fourcast.kernels import rowcol_gluon as rg
 
     spec = parse_fmt(_fmt(fmt))
-    cfg = rg.config_for(1 << 16, rounding, rn_c)
+    rounding_c = rounding_c or rounding
+    cfg = rg.config_for(1 << 16, rounding, rn_c, spec.block, rounding_c, rn_r)
     bm, bk, warps, iters = cfg[:4]
     k = rg.compile_sm90(qk._constexprs(spec, rounding), cfg, fuse=False, xhat_r=xhat_r, xhat_c=xhat_c,
-                        mode=qk.ROUND_ID[rounding], rn_c=rn_c)
+                        mode=qk.ROUND_ID[rounding], rn_c=rn_c, mode_c=qk.ROUND_ID[rounding_c], rn_r=rn_r)
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
         n = _count(subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout)
     out = "+".join(("x_hat unscaled" if on else "codes") for on in (xhat_r, xhat_c))
-    return dict(kernel=f"rowcol gluon {bm}x{bk} x{iters}", fmt=fmt, rounding=rounding, rht=rn_c, out=out, instr=n,
-                per_elem=n / (iters * bm * bk / (32 * warps)))
+    return dict(kernel=f"rowcol gluon {bm}x{bk} {warps}w x{iters}", fmt=fmt, rounding=_roundings(rounding, rounding_c),
+                rht=rn_r or rn_c, out=out, instr=n, per_elem=n / (iters * bm * bk / (32 * warps)))
 
 
 CASES = [
@@ -162,6 +174,10 @@ def main() -> None:
         rows.append(gluon("e2m1/e4m3/16/te", xhat_r=True, rn_c=16))
         rows.append(strip("e2m1/e4m3/16/te", "sr16", codes=(False, False), xhat=(True, True), unscaled=True, rn_c=16))
         rows.append(gluon("e2m1/e4m3/16/te", xhat_r=True, xhat_c=True, rounding="sr16", rn_c=16))
+        mx = "e2m1/ue8m0/32/floor"  # MXFP4's X call: a row RHT of 32, the column copy "sr16"
+        rows.append(strip(mx, "rtne", codes=(False, True), xhat=(True, False), unscaled=True, rounding_c="sr16",
+                          rn_r=32))
+        rows.append(gluon(mx, xhat_r=True, rounding="rtne", rounding_c="sr16", rn_r=32))
     if args.json:
         print(json.dumps(rows, indent=1))
         return

@@ -424,7 +424,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             else:
                 gl.store(CODES_R + (2 * (r0 + i) + half) * (C // 2) + w, codes)
                 gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // B) + g2, sb.to(gl.uint8))
-        # ---- the column copy: words to 4 row pairs of a word column a thread
+        # ---- the column copy: words to a column block a thread (one lane), else 4 row pairs
         ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
         oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
         e_lo, e_hi = _elems(ec, F32)
@@ -633,7 +633,8 @@ def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False)
     _, consts = amax_launch(1, 1, rn_c, config, f32)
     warps = consts.pop("num_warps")
     fn = _amax_kernel
-    sig = dict(X="*fp32" if f32 else "*bf16", AMAX_BITS="*i32", SIGNS_C="*fp32", R="i32", C="i32", **{k: "constexpr" for k in consts})
+    sig = dict(X="*fp32" if f32 else "*bf16", AMAX_BITS="*i32", SIGNS_C="*fp32", R="i32", C="i32",
+               **{k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("X", "R", "C")}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
@@ -655,9 +656,9 @@ def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, x
     warps = consts.pop("num_warps")
     maxnreg = consts.pop("maxnreg", maxnreg)
     fn = _rowcol_kernel
-    types = dict(X="*fp32" if f32 else "*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32", AMAX_IN_C="*fp32",
-                 TS_OUT="*fp32", SIGNS_R="*fp32", SIGNS_C="*fp32", R="i32", C="i32", seed="*i64" if seed_ptr else "i64", offset_r="i64",
-                 offset_c="i64")
+    types = dict(X="*fp32" if f32 else "*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32",
+                 AMAX_IN_C="*fp32", TS_OUT="*fp32", SIGNS_R="*fp32", SIGNS_C="*fp32", R="i32", C="i32",
+                 seed="*i64" if seed_ptr else "i64", offset_r="i64", offset_c="i64")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
     sig.update({k: "constexpr" for k in consts})
     aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "XHAT_C", "R", "C")
