@@ -880,7 +880,8 @@ def write_pin_fit(args: argparse.Namespace, rows: list[dict], keep: tuple[str, .
               f"per call, {terms} together, {holding}subject to every quantize class pinned in "
               f"tests/unit/test_project.py staying {args.pin_margin:g} inside its bound, and no call kind of "
               f"{', '.join(keep) or 'no run'} getting a larger max error or a wider range than with the file's "
-              "values: model-calibration-per-call.md, session 17)")
+              "values: model-calibration-per-call.md, session 17 for the method, the section of the fit for its "
+              "record)")
     write_toml({**{t: (v, args.pin_hold_source) for t, v in held.items()},
                 **{t: (v, source) for t, v in fitted.items()}})
 
