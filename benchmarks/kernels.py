@@ -365,12 +365,13 @@ GLUON_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 12
 
 @section("rowcol gluon: the Gluon row+col quantizer per tile, against the strip kernel")
 def rowcol_gluon():
-    """quantize_rowcol's codes calls (RTNE, both copies packed) on rowcol_gluon.py at each
-    (BM, BK, warps, row tiles a program) and on the strip kernel, in turn, --repeat samples
-    (these calls' times swing between runs: medians of interleaved samples); every tile's
-    bytes checked against the strip kernel's (itself checked against the reference in
-    tests/gpu). Summary: RES["rowcol_gluon"], per call and variant the median time and
-    ratio to the strip kernel's."""
+    """The row+col calls in rowcol_gluon's scope (codes; QLinear's X and dY calls for ue5m3,
+    TE NVFP4 and MXFP4; f32 inputs) on rowcol_gluon.py at each GLUON_TILES tile that serves
+    the call and on the strip kernel, in turn, --repeat samples (these calls' times swing
+    between runs: medians of interleaved samples); every tile's bytes checked against the
+    strip kernel's (itself checked against the reference in tests/gpu). --variants: the
+    calls whose names start so. Summary: RES["rowcol_gluon"], per call and variant the
+    median time and ratio to the strip kernel's."""
     if SMOKE:
         return
     nv, mx, ue = F["nvfp4"], F["mxfp4"], F["ue5m3"]
