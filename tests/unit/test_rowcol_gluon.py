@@ -159,6 +159,17 @@ def test_f32_input_compiles_without_spills(fmt, kw):
     assert k["local"] == 0 and k["ld_v2_b64"] == cfg.iters * cfg.bm * cfg.bk // (32 * cfg.warps) // 4
 
 
+def test_mxfp4_x_call_compiles_without_spills():
+    """MXFP4's X call (a row RHT of 32 in one thread, RTNE, decoded; the column copy "sr16",
+    packed) at one lane a block of 32: no spills, no shuffles (a block's amax, RHT and two
+    Philox groups stay in its thread), the row x_hat 16 bytes a store (16-byte stores of the
+    column copy's code bytes besides)."""
+    cfg = rg.BLOCK32_CONFIG
+    k = _compiled("mxfp4", cfg, xhat=True, rn_r=32, mode=0, mode_c=4)
+    assert k["local"] == 0 and k["shfl"] == 0
+    assert k["st_v4"] > cfg.iters * cfg.bm * cfg.bk // (32 * cfg.warps) // 8
+
+
 def test_te_dy_call_compiles_without_spills():
     """TE's dY call (both copies decoded, "sr16", a column RHT of 16, the seed in device
     memory): the f64 butterflies and the second layout conversion fit without spills, both

@@ -249,60 +249,43 @@ def _quant_pair(a, b, sb_mult, sb_sv, sb_bad, ts, seed, counter, n, AXIS: gl.con
     return (c_a | (c_b << 4)).to(gl.uint8), x_a, x_b
 
 
-@gluon.jit
-def _pair_stage(y, S: gl.constexpr, G: gl.constexpr, WB: gl.constexpr, W: gl.constexpr):
-    """One butterfly stage along axis 1 of an in-thread [G, WB, W] f64 tensor: entries p and
-    p + S inside groups of 2S become (a + b, a - b), each one f64 addition."""
-    y5 = gl.permute(gl.reshape(y, [G, WB // (2 * S), 2, S, W]), [0, 1, 3, 4, 2])  # the pair last
-    a, b = gl.split(y5)
-    return gl.reshape(gl.permute(gl.join(a + b, a - b), [0, 1, 4, 2, 3]), [G, WB, W])
-
-
-@gluon.jit
-def _rht16_col(ye, yo, sign_e, sign_o, NORM: gl.constexpr, G: gl.constexpr, WB: gl.constexpr, W: gl.constexpr,
-               LC: gl.constexpr):
-    """The column copy's RHT of 16 on one element column ([column block, row pair, word
-    column]: ye its rows 2p, yo its rows 2p + 1 of each block, a block in one thread):
-    reference.rht_lastdim's f64 butterflies in its order (stage h pairs rows i and i + h
-    inside groups of 2h: h = 1 pairs ye with yo, h = 2, 4, 8 pair row pairs p and p + h / 2),
-    times the f64 NORM, one rounding to f32."""
-    a = ye.to(gl.float64) * sign_e
-    b = yo.to(gl.float64) * sign_o
-    a, b = a + b, a - b
-    for s in gl.static_range(3):
-        a = _pair_stage(a, 1 << s, G, WB, W)
-        b = _pair_stage(b, 1 << s, G, WB, W)
-    return gl.convert_layout((a * NORM).to(gl.float32), LC), gl.convert_layout((b * NORM).to(gl.float32), LC)
-
-
 @gluon.constexpr_function
 def _log2(n):
     return int(math.log2(n))
 
 
 @gluon.jit
-def _word_stage(y, S: gl.constexpr, H: gl.constexpr, G: gl.constexpr, WB: gl.constexpr):
-    """One butterfly stage along axis 2 of an in-thread [H, G, WB] f64 tensor: entries k and
+def _stage(y, S: gl.constexpr, AXIS: gl.constexpr):
+    """One butterfly stage along AXIS (1 or 2) of an in-thread 3-D f64 tensor: entries k and
     k + S inside groups of 2S become (a + b, a - b), each one f64 addition."""
-    y5 = gl.permute(gl.reshape(y, [H, G, WB // (2 * S), 2, S]), [0, 1, 2, 4, 3])  # the pair last
-    a, b = gl.split(y5)
-    return gl.reshape(gl.permute(gl.join(a + b, a - b), [0, 1, 2, 4, 3]), [H, G, WB])
+    D0: gl.constexpr = y.shape[0]
+    D1: gl.constexpr = y.shape[1]
+    D2: gl.constexpr = y.shape[2]
+    if AXIS == 1:
+        y5 = gl.permute(gl.reshape(y, [D0, D1 // (2 * S), 2, S, D2]), [0, 1, 3, 4, 2])  # the pair last
+        a, b = gl.split(y5)
+        return gl.reshape(gl.permute(gl.join(a + b, a - b), [0, 1, 4, 2, 3]), [D0, D1, D2])
+    else:
+        y5 = gl.permute(gl.reshape(y, [D0, D1, D2 // (2 * S), 2, S]), [0, 1, 2, 4, 3])
+        a, b = gl.split(y5)
+        return gl.reshape(gl.permute(gl.join(a + b, a - b), [0, 1, 2, 4, 3]), [D0, D1, D2])
 
 
 @gluon.jit
-def _rht_row(lo, hi, sign_lo, sign_hi, NORM: gl.constexpr, H: gl.constexpr, G: gl.constexpr, WB: gl.constexpr,
-             LR: gl.constexpr):
-    """The row copy's RHT of its block ([row pair, row block, word]: lo the words' elements 2k,
-    hi 2k + 1, a block in one thread): reference.rht_lastdim's f64 butterflies in its order
-    (stage h pairs elements i and i + h inside groups of 2h: h = 1 pairs lo with hi, h = 2, 4,
-    .. pair words k and k + h / 2), times the f64 NORM, one rounding to f32."""
-    a = lo.to(gl.float64) * sign_lo
-    b = hi.to(gl.float64) * sign_hi
+def _rht_block(ye, yo, sign_e, sign_o, NORM: gl.constexpr, AXIS: gl.constexpr, L: gl.constexpr):
+    """An RHT of a block held in one thread, its even elements ye and odd ones yo, their
+    pairs along AXIS (the column copy's: [column block, row pair, word column], AXIS 1, ye
+    rows 2p and yo rows 2p + 1; the row copy's: [row pair, row block, word], AXIS 2, ye the
+    words' elements 2k and yo 2k + 1): reference.rht_lastdim's f64 butterflies in its order
+    (stage h pairs elements i and i + h inside groups of 2h: h = 1 pairs ye with yo, h = 2, 4,
+    .. pairs p and p + h / 2 along AXIS), times the f64 NORM, one rounding to f32, in L."""
+    a = ye.to(gl.float64) * sign_e
+    b = yo.to(gl.float64) * sign_o
     a, b = a + b, a - b
-    for s in gl.static_range(_log2(WB)):
-        a = _word_stage(a, 1 << s, H, G, WB)
-        b = _word_stage(b, 1 << s, H, G, WB)
-    return gl.convert_layout((a * NORM).to(gl.float32), LR), gl.convert_layout((b * NORM).to(gl.float32), LR)
+    for s in gl.static_range(_log2(a.shape[AXIS])):
+        a = _stage(a, 1 << s, AXIS)
+        b = _stage(b, 1 << s, AXIS)
+    return gl.convert_layout((a * NORM).to(gl.float32), L), gl.convert_layout((b * NORM).to(gl.float32), L)
 
 
 @gluon.jit
@@ -404,7 +387,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             v = e if half == 0 else o
             lo, hi = _elems(v, F32)
             if RN_R > 0:  # the RHT runs along a row block, in one thread
-                lo, hi = _rht_row(lo, hi, sign_lo, sign_hi, NORM_R, H, W // WB, WB, LR)
+                lo, hi = _rht_block(lo, hi, sign_lo, sign_hi, NORM_R, 2, LR)
                 m_lo = gl.max(lo.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
                 m_hi = gl.max(hi.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
             else:
@@ -432,8 +415,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         if RN_C > 0:  # the RHT runs down a column block: rows 2p and 2p + 1 take signs 2p and 2p + 1
             sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
             sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
-            e_lo, o_lo = _rht16_col(e_lo, o_lo, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
-            e_hi, o_hi = _rht16_col(e_hi, o_hi, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
+            e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC)
+            e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC)
             m_lo = _abs_max_col(e_lo, o_lo)
             m_hi = _abs_max_col(e_hi, o_hi)
             if FUSE_AMAX:
@@ -487,7 +470,7 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
     """strip._strip_amax_kernel's two tensor amaxes (atomic max of |y| bits: the row copy's at
     AMAX_BITS[0], the column copy's at [1], after an RHT of 16 if RN_C) on _rowcol_kernel's
     one-lane tiling: a row's amax by halfword max.u16x2 on the words, the column RHT's f64
-    butterflies in one thread (_rht16_col), where the strip kernel's cross lanes. A program
+    butterflies in one thread (_rht_block), where the strip kernel's cross lanes. A program
     takes ITERS row tiles, the next one's words in flight, and makes two atomics. F32: x is
     f32 (two elements a 64-bit word; the row amax by integer max on the bits)."""
     H: gl.constexpr = BM // 2
@@ -531,8 +514,8 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
             oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
             e_lo, e_hi = _elems(ec, F32)
             o_lo, o_hi = _elems(oc, F32)
-            e_lo, o_lo = _rht16_col(e_lo, o_lo, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
-            e_hi, o_hi = _rht16_col(e_hi, o_hi, sign_e, sign_o, NORM_C, H // WB, WB, W, LC)
+            e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC)
+            e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC)
             mc = gl.maximum(_abs_max_col(e_lo, o_lo), _abs_max_col(e_hi, o_hi))
             m_c = gl.maximum(m_c, gl.max(gl.max(mc, axis=1), axis=0))
     row = m_r if F32 else gl.maximum(m_r << 16, m_r & -65536)
