@@ -37,6 +37,8 @@ from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
 
+import peers as pp  # benchmarks/peers.py: the PyTorch peers
+
 F = testing.FORMATS
 DEV = "cuda"
 T0 = time.time()
@@ -93,28 +95,6 @@ def section(name):
 
 def rand(shape, dtype=torch.bfloat16):
     return torch.randn(shape, device=DEV, dtype=torch.float32).to(dtype)
-
-
-# ------------------------------------------------------------------ peers (a user's PyTorch)
-
-def peer_nvfp4(x: torch.Tensor, pack: bool = False):
-    """NVFP4 (TE rule) fake-quant, or codes + e4m3 scales, in plain PyTorch."""
-    xf = x.float().reshape(-1, 16)
-    amax = xf.abs().amax()
-    s_enc = torch.clamp(2688.0 / amax, max=3.4e38)
-    bamax = xf.abs().amax(-1, keepdim=True)
-    s_dec = torch.clamp(bamax * (s_enc / 6.0), max=448.0).to(torch.float8_e4m3fn)
-    sd = s_dec.float()
-    enc = 1.0 / (sd / s_enc)
-    y = torch.clamp(xf * enc, -6.0, 6.0)
-    a = y.abs()
-    q = torch.where(a < 2, torch.round(a * 2) / 2, torch.where(a < 4, torch.round(a), torch.round(a / 2) * 2))
-    if not pack:
-        return (q.copysign(y) * sd / s_enc).to(x.dtype).reshape(x.shape)
-    mag = torch.where(q < 2, q * 2, torch.where(q < 4, q + 2, q / 2 + 4)).to(torch.uint8)
-    code = mag | (torch.signbit(y).to(torch.uint8) << 3)
-    code = code.reshape(x.shape[0], -1)
-    return code[:, 0::2] | (code[:, 1::2] << 4), s_dec.view(torch.uint8).reshape(x.shape[0], -1)
 
 
 # ------------------------------------------------------------------ sections
@@ -924,17 +904,75 @@ def quant_configs():
 def peers():
     x = rand(BIG)
     want = fk.fake_quant(x, F["nvfp4"])
-    got = peer_nvfp4(x)
+    got = pp.nvfp4_fake_quant(x)
     RES["peers"]["eager_fq_matches_fourcast_frac"] = float((got == want).float().mean())
-    RES["peers"]["eager_fq_ms"] = ms(lambda: peer_nvfp4(x), rep=50)
-    RES["peers"]["eager_pack_ms"] = ms(lambda: peer_nvfp4(x, True), rep=50)
-    fq_c = torch.compile(peer_nvfp4) if not SMOKE else peer_nvfp4
+    RES["peers"]["eager_fq_ms"] = ms(lambda: pp.nvfp4_fake_quant(x), rep=50)
+    RES["peers"]["eager_pack_ms"] = ms(lambda: pp.nvfp4_pack(x), rep=50)
+    fq_c = torch.compile(pp.nvfp4_fake_quant) if not SMOKE else pp.nvfp4_fake_quant
     fq_c(x)
     RES["peers"]["compiled_fq_ms"] = ms(lambda: fq_c(x))
-    pk_c = torch.compile(lambda t: peer_nvfp4(t, True)) if not SMOKE else (lambda t: peer_nvfp4(t, True))
+    pk_c = torch.compile(pp.nvfp4_pack) if not SMOKE else pp.nvfp4_pack
     pk_c(x)
     RES["peers"]["compiled_pack_ms"] = ms(lambda: pk_c(x))
     log(RES["peers"])
+
+
+def peer_calls(x, amax):
+    """(name, fourcast's call, its PyTorch peer's kwargs) for the row+col NVFP4 calls of the
+    quantizer target: with and without the column RHT16 and SR, amax fresh or given."""
+    nv, s16 = F["nvfp4"], ref.rht_signs(16, "te").to(DEV)
+
+    def rowcol(rounding, rht, amax_in):
+        return lambda: qk.quantize_rowcol(x, nv, nv, rounding, rounding, 1, 0, None, rht, amax_in, amax_in)
+
+    yield "row+col nvfp4, amax pass", rowcol("rtne", None, None), dict()
+    yield "row+col nvfp4 delayed", rowcol("rtne", None, amax), dict(amax=amax)
+    yield "row+col nvfp4 delayed, SR16", rowcol("sr16", None, amax), dict(amax=amax, sr=True)
+    yield "row+col nvfp4 delayed, col RHT16", rowcol("rtne", (16, s16), amax), dict(amax=amax, rht=True)
+    yield "row+col nvfp4 delayed, col RHT16 + SR16 (TE dY)", rowcol("sr16", (16, s16), amax), dict(
+        amax=amax, rht=True, sr=True)
+    yield "row+col nvfp4 delayed, col RHT16 + SR (numerics.md stream)", rowcol("sr", (16, s16), amax), dict(
+        amax=amax, rht=True, sr=True)
+
+
+@section("quantizer against its PyTorch peer, call by call")
+def peer_quant():
+    """Each row+col NVFP4 call of the quantizer target beside benchmarks/peers.py doing the
+    same work (eager and torch.compile'd), at QSIZES: times, fourcast's fraction of copy
+    bandwidth, the speed-ups, and how the peer's bytes agree with fourcast's (equal for
+    RTNE without RHT; SR and the RHT's f32 matmul: within one grid step)."""
+    h16 = pp.hadamard16(device=DEV)
+    out = RES.setdefault("peer_quant", [])
+    copy = RES["ceilings"].get("copy_tbps", 4.27)
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        amax = x.abs().amax().float()
+        for name, ours, kw in peer_calls(x, amax):
+            if left() < 60:
+                RES["errors"].append(f"peer_quant {name} {r}x{c}: skipped (budget)")
+                continue
+
+            def peer(x=x, kw=kw):
+                return pp.nvfp4_rowcol(x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
+
+            compiled = torch.compile(peer, dynamic=False) if not SMOKE else peer
+            got = ours()
+            p_row, p_col = compiled()
+            agree = {axis: pp.agreement(p, (o.codes, o.scales)) for axis, p, o in (("row", p_row, got[0]),
+                                                                                   ("col", p_col, got[1]))}
+            exact = not kw.get("sr") and not kw.get("rht")
+            ok = all(a["within_one_step"] for a in agree.values()) and (
+                not exact or all(a["codes_equal"] == 1.0 and a["scales_equal"] == 1.0 for a in agree.values()))
+            RES["checks"].append(dict(what=f"peer {name} {r}x{c}: " + ("bytes = fourcast's" if exact else
+                                                                        "within one grid step of fourcast's"), ok=ok))
+            t, t_eager, t_comp = ms(ours), ms(peer, rep=50), ms(compiled)
+            frac = qbytes(r, c, 16, 2) / (t * 1e-3) / 1e12 / copy
+            out.append(dict(call=name, shape=f"{r}x{c}", ms=t, eager_ms=t_eager, compiled_ms=t_comp, frac_copy=frac,
+                            vs_compiled=t_comp / t, vs_eager=t_eager / t, agreement=agree))
+            log(f"peer {name} {r}x{c}: fourcast {t * 1e3:.1f} us ({frac:.0%} of copy), torch.compile "
+                f"{t_comp * 1e3:.1f} us ({t_comp / t:.1f}x), eager {t_eager * 1e3:.0f} us ({t_eager / t:.0f}x); {agree}")
+        del x
+        save()
 
 
 @section("packed GEMM")
@@ -1514,6 +1552,9 @@ def table():
     for q in RES["quantizer"]:
         sp = f" {pc / q['ms']:.1f}x compiled pack" if pc and q["shape"] == "8192x8192" else ""
         print(f"  Q {q['variant']:42s} {q['shape']:>10s} {q['ms'] * 1e3:7.1f} us {q['frac_copy']:5.0%} copy{sp}")
+    for q in RES.get("peer_quant", []):
+        print(f"  P {q['call']:52s} {q['shape']:>10s} {q['ms'] * 1e3:7.1f} us {q['frac_copy']:5.0%} copy "
+              f"{q['vs_compiled']:5.1f}x compiled {q['vs_eager']:5.0f}x eager")
     for g in RES["gemm"]:
         r = g.get("vs_cublas_bf16")
         print(f"  G {g['variant']:42s} {g['shape']:>16s} {g['tflops']:6.0f} TF" + (f" {r:5.0%} bf16" if r else ""))
@@ -1548,7 +1589,7 @@ def main():
              sr_stream,
              strip_iters, strip_tall, strip_gather, gemm_epilogue,
              decode_layout,
-             layer_profiles, peers,
+             layer_profiles, peers, peer_quant,
              gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
              qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
              gemm_fp8_idea, quant_configs]

@@ -10,6 +10,19 @@ import sys
 TARGETS = dict(quant_copy=0.80, quant_vs_compiled=8.0, gemm_vs_bf16=0.70, linear_ratio=1.2)
 
 
+def peer_table(rows) -> None:
+    """The quantizer target call by call: each row+col NVFP4 call against its own PyTorch peer."""
+    if not rows:
+        return
+    print("\n| row+col NVFP4 call | shape | fourcast us | of copy BW | torch.compile peer us | vs compiled | "
+          "eager peer us | vs eager | peer's codes = fourcast's (row / col) |\n|---|---|---|---|---|---|---|---|---|")
+    for q in rows:
+        a = q["agreement"]
+        print(f"| {q['call']} | {q['shape']} | {q['ms'] * 1e3:.1f} | {q['frac_copy']:.0%} | {q['compiled_ms'] * 1e3:.1f} | "
+              f"**{q['vs_compiled']:.1f}x** | {q['eager_ms'] * 1e3:.0f} | {q['vs_eager']:.0f}x | "
+              f"{a['row']['codes_equal']:.2%} / {a['col']['codes_equal']:.2%} |")
+
+
 def main(path: str) -> None:
     r = json.load(open(path))
     m = r["meta"]
@@ -22,7 +35,7 @@ def main(path: str) -> None:
         print(f"| {k} | {v['tflops']:.0f} | {c.get('fp8', {}).get(k, {}).get('tflops', 0):.0f} |")
     p = r["peers"]
     print("\nPeers, NVFP4 (TE rule) on bf16 8192x8192, plain PyTorch written as a user would "
-          "(benchmarks/kernels.py `peer_nvfp4`):\n")
+          "(benchmarks/peers.py):\n")
     print("| peer | ms |\n|---|---|")
     for k in ("eager_fq_ms", "compiled_fq_ms", "eager_pack_ms", "compiled_pack_ms"):
         if k in p:
@@ -37,6 +50,7 @@ def main(path: str) -> None:
         copies = 2 if "row+col" in q["variant"] else 1
         sp = f"{peer * copies / q['ms']:.1f}x" if peer and q["shape"] == "8192x8192" else ""
         print(f"| {q['variant']} | {q['shape']} | {q['ms'] * 1e3:.1f} | {q['tbps']:.2f} | {q['frac_copy']:.0%} | {sp} |")
+    peer_table(r.get("peer_quant", []))
     print("\n| GEMM variant | shape | TFLOP/s | of cuBLAS BF16 |\n|---|---|---|---|")
     for g in r["gemm"]:
         v = g.get("vs_cublas_bf16")
