@@ -952,12 +952,17 @@ def peer_quant():
                 RES["errors"].append(f"peer_quant {name} {r}x{c}: skipped (budget)")
                 continue
 
-            def peer(x=x, kw=kw):
-                return pp.nvfp4_rowcol(x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
+            args = (x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
+            # a fresh compile per call and shape: past dynamo's recompile limit a function runs
+            # eagerly without an error; fullgraph: no silent graph breaks either
+            torch._dynamo.reset()
+            compiled = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True) if not SMOKE else pp.nvfp4_rowcol
 
-            compiled = torch.compile(peer, dynamic=False) if not SMOKE else peer
+            def peer(args=args):
+                return pp.nvfp4_rowcol(*args)
+
             got = ours()
-            p_row, p_col = compiled()
+            p_row, p_col = compiled(*args)
             agree = {axis: pp.agreement(p, (o.codes, o.scales)) for axis, p, o in (("row", p_row, got[0]),
                                                                                    ("col", p_col, got[1]))}
             exact = not kw.get("sr") and not kw.get("rht")
@@ -965,7 +970,7 @@ def peer_quant():
                 not exact or all(a["codes_equal"] == 1.0 and a["scales_equal"] == 1.0 for a in agree.values()))
             RES["checks"].append(dict(what=f"peer {name} {r}x{c}: " + ("bytes = fourcast's" if exact else
                                                                         "within one grid step of fourcast's"), ok=ok))
-            t, t_eager, t_comp = ms(ours), ms(peer, rep=50), ms(compiled)
+            t, t_eager, t_comp = ms(ours), ms(peer, rep=50), ms(lambda: compiled(*args))
             frac = qbytes(r, c, 16, 2) / (t * 1e-3) / 1e12 / copy
             out.append(dict(call=name, shape=f"{r}x{c}", ms=t, eager_ms=t_eager, compiled_ms=t_comp, frac_copy=frac,
                             vs_compiled=t_comp / t, vs_eager=t_eager / t, agreement=agree))

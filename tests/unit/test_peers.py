@@ -96,3 +96,14 @@ def test_agreement_counts_one_step_gaps(peers):
     assert not peers.agreement((far, scales), (codes, scales), block=4)["within_one_step"]
     other_scale = torch.ones(1, 1, dtype=torch.uint8)  # gaps under a different scale byte are not counted
     assert peers.agreement((far, other_scale), (codes, scales), block=4)["within_one_step"]
+
+
+@pytest.mark.parametrize("rht, sr", [(False, False), (True, True)])
+def test_peer_traces_as_one_graph(peers, rht, sr):
+    """kernels.py compiles the peer with fullgraph=True: a graph break would be an error there."""
+    x = inputs()["normal"].to(torch.bfloat16)
+    args = (x, x.float().abs().amax(), peers.hadamard16() if rht else None, sr)
+    torch._dynamo.reset()
+    got = torch.compile(peers.nvfp4_rowcol, dynamic=False, fullgraph=True, backend="eager")(*args)
+    want = peers.nvfp4_rowcol(*args)
+    assert all(a.shape == b.shape and a.dtype == b.dtype for g, w in zip(got, want) for a, b in zip(g, w))

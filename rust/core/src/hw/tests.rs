@@ -21,6 +21,11 @@ fn hw(name: &str) -> Hw {
     Hw::from_profile(&Profile::load(name).unwrap())
 }
 
+/// The `"quant_rev"` field an emulated quantize op's JSON ends with (after its outputs).
+fn quant_rev(rev: u32) -> String {
+    format!(r#", "quant_rev": {rev}"#)
+}
+
 fn with(name: &str, natives: &[&str]) -> Hw {
     let list: Vec<String> = natives.iter().map(|s| s.to_string()).collect();
     hw(name)
@@ -590,7 +595,7 @@ fn h200_with_all(terms: &[(&str, &str)]) -> Hw {
 /// A call's Gluon price at `factor`: `call_s + factor * (its revision-12 strip price - call_s)`.
 fn gluon_scaled(hw: &Hw, outs: &str, factor: f64) -> f64 {
     let call_s = hw.emulation.unwrap().call_s;
-    let strip = emulated_quant_price(hw, outs, r#", "quant_rev": 12"#);
+    let strip = emulated_quant_price(hw, outs, &quant_rev(12));
     call_s + factor * (strip - call_s)
 }
 
@@ -705,14 +710,14 @@ fn emulated_strip_programs_of_several_tiles_save_per_overlapped_element() {
             - op_time(&h, &op).unwrap().detail["emulation_s"]
     };
     let n = 32768.0 * 2304.0; // 73728 tiles of 16 x 64: four a program
-    let rev12 = r#", "quant_rev": 12"#; // the strip kernel's (13 runs these on the Gluon kernel)
+    let rev12 = &quant_rev(12); // the strip kernel's (13 runs these on the Gluon kernel)
     assert!((saved(n, 0, rev12, 2) - 2.0 * n * 0.75 * 0.0002e-9).abs() < 1e-15);
     for rev in [10, 11] {
-        let extra = format!(r#", "quant_rev": {rev}"#);
+        let extra = quant_rev(rev);
         assert!((saved(n, 0, &extra, 2) - saved(n, 0, rev12, 2)).abs() < 1e-18);
     }
     for rev in [1, 9] {
-        assert_eq!(saved(n, 0, &format!(r#", "quant_rev": {rev}"#), 2), 0.0);
+        assert_eq!(saved(n, 0, &quant_rev(rev), 2), 0.0);
     }
     assert_eq!(saved(n, 16, "", 2), 0.0);
     assert_eq!(saved(n, 0, rev12, 1), 0.0);
@@ -755,18 +760,18 @@ fn emulated_integer_sr16_saves_per_stochastically_rounded_element() {
     let saved = |outs: &str, extra: &str| emulation_saving(term, "0.0002", outs, extra);
     let n = 75497472.0; // 32768 x 2304, a dY call of the 125M model
     let both = r#"{"format": "nvfp4", "sr": true, "sr16": true}, {"format": "nvfp4", "sr": true, "sr16": true}"#;
-    let rev13 = r#", "quant_rev": 13"#;
+    let rev13 = &quant_rev(13);
     assert!((saved(both, rev13) - 2.0 * n * 0.0002e-9).abs() < 1e-15);
-    assert_eq!(saved(both, r#", "quant_rev": 11"#), saved(both, rev13));
+    assert_eq!(saved(both, &quant_rev(11)), saved(both, rev13));
     let factor = hw("h200").emulation.unwrap().gluon_sr16_time_factor;
     assert!((saved(both, "") - factor * saved(both, rev13)).abs() < 1e-15);
     for rev in [9, 10] {
-        assert_eq!(saved(both, &format!(r#", "quant_rev": {rev}"#)), 0.0);
+        assert_eq!(saved(both, &quant_rev(rev)), 0.0);
     }
     // MX's X call: a rotated row copy without SR, an sr16 column copy: the column copy's (on
     // the strip kernel, up to revision 17).
     let x = r#"{"format": "mxfp4", "rht": 32}, {"format": "mxfp4", "sr": true, "sr16": true}"#;
-    assert!((saved(x, r#", "quant_rev": 17"#) - n * 0.0002e-9).abs() < 1e-15);
+    assert!((saved(x, &quant_rev(17)) - n * 0.0002e-9).abs() < 1e-15);
     let sr4 = r#"{"format": "nvfp4", "sr": true, "sr4": true}, {"format": "nvfp4", "sr": true, "sr4": true}"#;
     assert_eq!(saved(sr4, ""), 0.0);
     assert_eq!(
@@ -967,7 +972,7 @@ fn emulated_gluon_route_prices_rtne_row_col_calls_as_a_fraction_of_the_strip_pri
     let price = |hw: &Hw, outs: &str, extra: &str| {
         emulated_quant_price(hw, outs, &format!(r#"{extra}, "quant_rev": 13"#))
     };
-    let rev12 = r#", "quant_rev": 12"#;
+    let rev12 = &quant_rev(12);
     for outs in [
         r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#,
         r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3"}"#,
@@ -1012,11 +1017,11 @@ fn emulated_gluon_route_scales_the_kernel_not_the_amax_pass() {
         op_time(&hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
     };
     let outs = r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4"}"#;
-    let strip = price(outs, r#", "quant_rev": 12"#);
+    let strip = price(outs, &quant_rev(12));
     let amax_pass = 75497472.0 * e.amax_s_per_elem;
     assert!(amax_pass > 0.0);
     let want = e.call_s + amax_pass + 0.5 * (strip - e.call_s - amax_pass);
-    let rev14 = price(outs, r#", "quant_rev": 14"#); // revision 15 prices its own amax pass
+    let rev14 = price(outs, &quant_rev(14)); // revision 15 prices its own amax pass
     assert!((rev14 - want).abs() < 1e-15, "{rev14} {want}");
 }
 
@@ -1038,7 +1043,7 @@ fn emulated_gluon_amax_pass_is_priced_per_element_from_revision_15() {
         );
         op_time(&hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
     };
-    let (rev14, rev15) = (r#", "quant_rev": 14"#, r#", "quant_rev": 15"#);
+    let (rev14, rev15) = (&quant_rev(14), &quant_rev(15));
     let sr16 = r#""sr": true, "sr16": true"#;
     for (outs, factor) in [
         // TE's X call (Gluon route) and dY call (decoded column: strip route)
@@ -1221,11 +1226,7 @@ fn emulated_one_lane_gluon_route_prices_rtne_and_sr16_calls_by_their_own_factors
         ("emulation.triton_quant_gluon_time_factor", "0.5"),
         ("emulation.triton_quant_gluon_rht_time_factor", "0.625"),
     ]);
-    let (rev12, rev13, rev14) = (
-        r#", "quant_rev": 12"#,
-        r#", "quant_rev": 13"#,
-        r#", "quant_rev": 14"#,
-    );
+    let (rev12, rev13, rev14) = (&quant_rev(12), &quant_rev(13), &quant_rev(14));
     let scaled = |outs: &str, factor: f64| gluon_scaled(&hw, outs, factor);
     let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
     for outs in [
@@ -1313,11 +1314,7 @@ fn emulated_te_calls_price_by_their_own_factors_from_revision_16() {
             "0.75",
         ),
     ]);
-    let (rev12, rev15, rev16) = (
-        r#", "quant_rev": 12"#,
-        r#", "quant_rev": 15"#,
-        r#", "quant_rev": 16"#,
-    );
+    let (rev12, rev15, rev16) = (&quant_rev(12), &quant_rev(15), &quant_rev(16));
     let scaled = |outs: &str, factor: f64| gluon_scaled(&hw, outs, factor);
     let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
     let sr16 = r#""sr": true, "sr16": true"#;
@@ -1381,9 +1378,9 @@ fn emulated_gathered_column_stores_save_per_input_element_of_a_packed_column_cop
     let saved = |outs: &str, extra: &str| emulation_saving(term, "0.0003", outs, extra);
     let n = 75497472.0; // 32768 x 2304, an X call of the 125M model
     let x = r#"{"format": "ue5m3", "decoded": true}, {"format": "ue5m3"}"#;
-    let rev12 = r#", "quant_rev": 12"#;
+    let rev12 = &quant_rev(12);
     assert!((saved(x, rev12) - n * 0.0003e-9).abs() < 1e-15);
-    assert_eq!(saved(x, r#", "quant_rev": 11"#), 0.0);
+    assert_eq!(saved(x, &quant_rev(11)), 0.0);
     // Revision 14 runs this RTNE call on the Gluon kernel: the strip price scaled, saving too.
     let factor = Hw::from_profile(&Profile::load("h200").unwrap())
         .emulation
@@ -1448,7 +1445,7 @@ fn emulated_mxfp4_calls_run_the_gluon_kernel_from_revision_18() {
             "0.75",
         ),
     ]);
-    let (rev12, rev17) = (r#", "quant_rev": 12"#, r#", "quant_rev": 17"#);
+    let (rev12, rev17) = (&quant_rev(12), &quant_rev(17));
     let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
     let sr16 = r#""sr": true, "sr16": true"#;
     for (outs, factor) in [
