@@ -44,7 +44,8 @@ def main(path: str) -> None:
         print(f"\n(the peer's fake-quant equals fourcast's bit for bit on {p['eager_fq_matches_fourcast_frac']:.4%} "
               "of elements)")
     pc, pf = p.get("compiled_pack_ms"), p.get("compiled_fq_ms")
-    print("\n| quantizer variant | shape | us | TB/s | of copy BW | vs torch.compile peer |\n|---|---|---|---|---|---|")
+    print("\n| quantizer variant | shape | us | TB/s | of copy BW | vs compiled one-copy peer x copies (estimate; "
+          "the row+col calls' own peers: next table) |\n|---|---|---|---|---|---|")
     for q in r["quantizer"]:
         peer = pf if q["variant"].startswith("fake-quant") else pc
         copies = 2 if "row+col" in q["variant"] else 1
