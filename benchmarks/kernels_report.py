@@ -77,7 +77,7 @@ def main(path: str) -> None:
 
 def gemm_impl_pivot(rows) -> None:
     """Shapes x (format, impl): fraction of cuBLAS BF16, the whole gemm() call timed
-    (rows written by benchmarks/kernels.py time_gemm, which records fmt and impl)."""
+    (rows written by benchmarks/kernel_bench/gemm.py time_gemm, which records fmt and impl)."""
     rows = [g for g in rows if "impl" in g]
     if not rows:
         return

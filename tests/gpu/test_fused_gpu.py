@@ -67,7 +67,7 @@ def test_strip_rht_real_size(name, n, monkeypatch):
     testing.check_rowcol(x, f, "rtne", "sr", 2, 77, (n, s_r), (n, s_c))
 
 
-# Tiles the SR sweep times (benchmarks/kernels.py STRIP_SR_TILES): more warps split a
+# Tiles the SR sweep times (benchmarks/kernel_bench/strip.py STRIP_SR_TILES): more warps split a
 # column block's rows across warps, so the reductions cross warps; bit-exact all the same.
 @pytest.mark.parametrize("tile", [(16, 32, 1), (16, 64, 2), (16, 64, 4), (32, 64, 2), (16, 128, 4), (32, 64, 1)])
 @pytest.mark.parametrize("name,n", [("ue5m3", 0), ("nvfp4", 16)])

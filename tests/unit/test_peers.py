@@ -100,7 +100,7 @@ def test_agreement_counts_one_step_gaps(peers):
 
 @pytest.mark.parametrize("rht, sr", [(False, False), (True, True)])
 def test_peer_traces_as_one_graph(peers, rht, sr):
-    """kernels.py compiles the peer with fullgraph=True: a graph break would be an error there."""
+    """kernel_bench/against_peers.py compiles the peer with fullgraph=True: a graph break would be an error there."""
     x = inputs()["normal"].to(torch.bfloat16)
     args = (x, x.float().abs().amax(), peers.hadamard16() if rht else None, sr)
     torch._dynamo.reset()

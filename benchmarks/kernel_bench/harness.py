@@ -1,0 +1,131 @@
+"""The benchmark's shared state and helpers: the results written to $OUT, the time budget,
+timing (do_bench median), sections, inputs, byte counts, the quantizer timer."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import time
+import traceback
+
+import torch
+from triton.testing import do_bench
+
+from fourcast.kernels import quantize as qk
+from fourcast.kernels import testing
+
+
+F = testing.FORMATS
+DEV = "cuda"
+T0 = time.time()
+RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [], "gemm_fp8_exact": [], "qlinear": [],
+             "linear": [], "checks": [], "errors": [], "notes": []}
+# the command line; kernels.py main() fills it in place, so modules may import it by name
+ARGS = argparse.Namespace(budget=240.0, only="", repeat=1, rowcol_pin=False, variants="")
+
+
+def left() -> float:
+    return ARGS.budget - (time.time() - T0)
+
+
+def save():
+    out = os.environ.get("OUT", ".")
+    with open(os.path.join(out, "kernels-h200.json"), "w") as fh:
+        json.dump(RES, fh, indent=1, default=str)
+
+
+SMOKE = os.environ.get("BENCH_SMOKE") == "1"  # CPU + TRITON_INTERPRET=1, tiny shapes: script bugs only
+if SMOKE:
+    DEV = "cpu"
+
+
+def ms(fn, rep=100) -> float:
+    if SMOKE:
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
+    return float(do_bench(fn, warmup=25, rep=rep, return_mode="median"))
+
+
+def log(*a):
+    print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def section(name):
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run():
+            if left() < 20:
+                RES["errors"].append(f"{name}: skipped, budget exhausted")
+                log("SKIP", name)
+                return
+            log("==", name)
+            try:
+                fn()
+            except Exception as exc:  # keep going: one broken variant must not hide the rest
+                RES["errors"].append(f"{name}: {exc!r}")
+                traceback.print_exc()
+            save()
+        return run
+    return wrap
+
+
+def rand(shape, dtype=torch.bfloat16):
+    return torch.randn(shape, device=DEV, dtype=torch.float32).to(dtype)
+
+
+GEMM_SHAPES = [(8192, 8192, 8192), (8192, 6144, 4096), (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336)]
+if SMOKE:
+    GEMM_SHAPES = [(64, 64, 128), (32, 48, 128)]  # K: one step of the deepest tile (128)
+
+
+QSIZES = [(8192, 8192), (16384, 4096)] if not SMOKE else [(64, 64)]
+BIG = (8192, 8192) if not SMOKE else (64, 64)
+
+
+def qbytes(r, c, spec_block, copies=1, xhat=False, src_bytes=2):
+    """Fewest bytes: read the input once (bf16; src_bytes 4: f32); write per copy 0.5 B codes +
+    1/block B scales (or 2 B x_hat). copies = (decoded, packed) counts when a call writes one of
+    each (xhat None)."""
+    if isinstance(copies, tuple):
+        return r * c * (src_bytes + copies[0] * 2.0 + copies[1] * (0.5 + 1.0 / spec_block))
+    per = 2.0 if xhat else 0.5 + 1.0 / spec_block
+    return r * c * (src_bytes + copies * per)
+
+
+def on_route(route, fn):
+    """fn() with quantize_rowcol pinned to one kernel: "strip" or "transpose" ("gluon": the
+    default route, rowcol_gluon.py where it applies)."""
+    qk.CONFIG_OVERRIDE["rowcol"] = route
+    try:
+        return fn()
+    finally:
+        qk.CONFIG_OVERRIDE.pop("rowcol", None)
+
+
+def same_tensors(got, want) -> bool:
+    """Every tensor field of two tuples of Packed / Decoded outputs equal byte for byte."""
+    def raw(t):
+        return t.reshape(-1).view(torch.uint8)
+
+    def tensors(p):  # Decoded is a NamedTuple, Packed a dataclass
+        return [v for v in (p._asdict() if hasattr(p, "_asdict") else vars(p)).values() if isinstance(v, torch.Tensor)]
+
+    return all(len(tensors(g)) == len(tensors(w)) and all(torch.equal(raw(u), raw(v)) for u, v in
+                                                          zip(tensors(g), tensors(w))) for g, w in zip(got, want))
+def time_quantizer(label: str, shape, copies, xhat, fn, src_bytes=2, **fields) -> float:
+    """Time one quantizer call (do_bench median), record it in RES["quantizer"] with its
+    fraction of copy bandwidth (qbytes: the input read once, codes or x_hat written);
+    an exception is recorded as an error and gives inf."""
+    try:
+        fn()
+        t = ms(fn)
+    except Exception as exc:
+        RES["errors"].append(f"{label}: {exc!r}")
+        return float("inf")
+    frac = qbytes(*shape, 16, copies, xhat, src_bytes) / (t * 1e-3) / 1e12 / RES["ceilings"].get("copy_tbps", 4.27)
+    RES["quantizer"].append(dict(variant=label, shape="x".join(map(str, shape)), ms=t, frac_copy=frac, **fields))
+    log(f"{label} {tuple(shape)}: {t * 1e3:.1f} us {frac:.0%} of copy")
+    return t

@@ -1,0 +1,177 @@
+"""io floors: a quantizer's bytes moved with no arithmetic, per tile (Triton's transpose and
+explicit Gluon layouts), the ceiling each tiling leaves the quantizers."""
+
+from __future__ import annotations
+
+
+import torch
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+
+from kernel_bench.harness import DEV, QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
+
+
+@triton.jit
+def _io_store_rows(b, CODES, SCALES, pid_r, pid_k, K, BM: tl.constexpr, BK: tl.constexpr):
+    """A quantizer's bytes for an int [BM, BK] tile of bf16 bits, rows pid_r's and columns
+    pid_k's of a (., K) layout: BK/2 code bytes (a stand-in nibble pair) and BK/16 scale
+    bytes (a block max) per row; no quantizer arithmetic."""
+    m = pid_r * BM + tl.arange(0, BM)[:, None]
+    lo, hi = tl.split(tl.reshape(b, (BM, BK // 2, 2)))
+    k2 = pid_k * (BK // 2) + tl.arange(0, BK // 2)[None, :]
+    tl.store(CODES + m * (K // 2) + k2, ((lo >> 12) | ((hi >> 12) << 4)).to(tl.uint8))
+    k16 = pid_k * (BK // 16) + tl.arange(0, BK // 16)[None, :]
+    tl.store(SCALES + m * (K // 16) + k16, tl.max(tl.reshape(b, (BM, BK // 16, 16)), axis=2).to(tl.uint8))
+
+
+@triton.jit
+def _io_tile(X, K, BM: tl.constexpr, BK: tl.constexpr):
+    m = tl.program_id(0) * BM + tl.arange(0, BM)[:, None]
+    k = tl.program_id(1) * BK + tl.arange(0, BK)[None, :]
+    return tl.load(X + m * K + k).to(tl.int16, bitcast=True).to(tl.int32)
+
+
+@triton.jit
+def _io_floor_kernel(X, CODES, SCALES, M, K, BM: tl.constexpr, BK: tl.constexpr):
+    """The quantizer's memory traffic without its arithmetic: load a bf16 tile, store
+    BK/2 bytes + BK/16 bytes per row (a calibration of the tiling, not a quantizer)."""
+    _io_store_rows(_io_tile(X, K, BM, BK), CODES, SCALES, tl.program_id(0), tl.program_id(1), K, BM, BK)
+
+
+def io_floor(x):
+    r, c = x.shape
+    codes = torch.empty((r, c // 2), dtype=torch.uint8, device=x.device)
+    scales = torch.empty((r, c // 16), dtype=torch.uint8, device=x.device)
+    _io_floor_kernel[(r // 64, c // 64)](x, codes, scales, r, c, BM=64, BK=64, num_warps=8)
+
+
+@triton.jit
+def _io_floor_rowcol_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: tl.constexpr, BK: tl.constexpr):
+    """_io_floor_kernel for both copies: the row copy's bytes as there, the column copy's
+    (rows 2i and 2i + 1 of a column share a code byte) stored transposed through tl.trans
+    (Triton moves the tile through shared memory): the traffic of a transposing row+col
+    quantizer without its arithmetic."""
+    b = _io_tile(X, C, BM, BK)
+    _io_store_rows(b, CODES_R, SCALES_R, tl.program_id(0), tl.program_id(1), C, BM, BK)
+    _io_store_rows(tl.trans(b), CODES_C, SCALES_C, tl.program_id(1), tl.program_id(0), R, BK, BM)
+
+
+@triton.jit
+def _io_floor_rowcol_packed_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: tl.constexpr,
+                                   BK: tl.constexpr):
+    """_io_floor_rowcol_kernel with the column copy's bytes made before the transpose: code
+    bytes of row pairs and block maxes in x's orientation, then tl.trans of those bytes (an
+    eighth of the tile's bytes through shared memory, where the other moves the tile)."""
+    b = _io_tile(X, C, BM, BK)
+    _io_store_rows(b, CODES_R, SCALES_R, tl.program_id(0), tl.program_id(1), C, BM, BK)
+    lo, hi = tl.split(tl.permute(tl.reshape(b, (BM // 2, 2, BK)), (0, 2, 1)))
+    codes = tl.trans(((lo >> 12) | ((hi >> 12) << 4)).to(tl.uint8))  # [BK, BM / 2]
+    scales = tl.trans(tl.max(tl.reshape(b, (BM // 16, 16, BK)), axis=1).to(tl.uint8))  # [BK, BM / 16]
+    c = tl.program_id(1) * BK + tl.arange(0, BK)[:, None]
+    i = tl.program_id(0) * (BM // 2) + tl.arange(0, BM // 2)[None, :]
+    tl.store(CODES_C + c * (R // 2) + i, codes)
+    j = tl.program_id(0) * (BM // 16) + tl.arange(0, BM // 16)[None, :]
+    tl.store(SCALES_C + c * (R // 16) + j, scales)
+
+
+@gluon.jit
+def _nibble_byte(lo, hi, SHIFT: gl.constexpr):
+    """The stand-in code byte of two bf16 elements: 4 bits of each (bits SHIFT .. SHIFT + 3
+    of their words)."""
+    return (((lo >> SHIFT) & 0xF) | (((hi >> SHIFT) & 0xF) << 4)).to(gl.uint8)
+
+
+@gluon.jit
+def _io_rowcol_gluon_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
+                            NW: gl.constexpr):
+    """The row+col io floor with the transpose in explicit layouts (Gluon): rows 2i and 2i + 1
+    loaded as 32-bit words (two bf16), the row copy's bytes stored from them, then both moved
+    by gl.convert_layout to a layout whose threads hold 4 row pairs of a column, so the column
+    copy's code bytes go out 4 a thread and 32 a column per warp; scale bytes from stand-in
+    loads. BK a multiple of 128, BM of 64."""
+    H: gl.constexpr = BM // 2  # row pairs
+    W: gl.constexpr = BK // 2  # 32-bit words (two bf16) per row
+    LR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [NW, 1], [1, 0])  # rows: 16-byte loads along a row
+    LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])  # columns: 4 row pairs a thread
+    LS: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [NW, 1], [1, 0])
+    LT: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
+    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    i = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LR))[:, None]
+    w = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
+    e = gl.load(XW + (2 * i) * (C // 2) + w)  # rows 2i
+    o = gl.load(XW + (2 * i + 1) * (C // 2) + w)  # rows 2i + 1
+    # row copy: a word's two elements make a code byte; a scale byte per 8 words (a stand-in load)
+    gl.store(CODES_R + (2 * i) * (C // 2) + w, _nibble_byte(e, e >> 16, 12))
+    gl.store(CODES_R + (2 * i + 1) * (C // 2) + w, _nibble_byte(o, o >> 16, 12))
+    i_s = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LS))[:, None]
+    g = pid_c * (W // 8) + gl.arange(0, W // 8, layout=gl.SliceLayout(0, LS))[None, :]
+    gl.store(SCALES_R + (2 * i_s) * (C // 16) + g, gl.load(XW + (2 * i_s) * (C // 2) + 8 * g).to(gl.uint8))
+    gl.store(SCALES_R + (2 * i_s + 1) * (C // 16) + g, gl.load(XW + (2 * i_s + 1) * (C // 2) + 8 * g).to(gl.uint8))
+    # column copy: the same words with row pairs along each thread (a transpose through shared
+    # memory that gl.convert_layout makes), then bytes of element columns 2w and 2w + 1
+    ec = gl.convert_layout(e, LC)
+    oc = gl.convert_layout(o, LC)
+    ic = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LC))[:, None]
+    wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LC))[None, :]
+    gl.store(CODES_C + (2 * wc) * (R // 2) + ic, _nibble_byte(ec, oc, 12))
+    gl.store(CODES_C + (2 * wc + 1) * (R // 2) + ic, _nibble_byte(ec, oc, 28))
+    j = pid_r * (BM // 16) + gl.arange(0, BM // 16, layout=gl.SliceLayout(1, LT))[:, None]
+    wt = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LT))[None, :]
+    s = gl.load(XW + (16 * j) * (C // 2) + wt)
+    gl.store(SCALES_C + (2 * wt) * (R // 16) + j, s.to(gl.uint8))
+    gl.store(SCALES_C + (2 * wt + 1) * (R // 16) + j, (s >> 16).to(gl.uint8))
+
+
+def _io_gluon_bytes_ok(x, cr, sr, cc, sc) -> bool:
+    """_io_rowcol_gluon_kernel's stand-in bytes, from x in torch: code nibbles are bits 12-15
+    of each element; scale bytes the low byte of the block's first element."""
+    bits = x.view(torch.int16).to(torch.int32) & 0xFFFF
+    nib, low = (bits >> 12) & 0xF, bits & 0xFF
+    t, lt = nib.t(), low.t()
+    return bool(torch.equal(cr, (nib[:, 0::2] | nib[:, 1::2] << 4).to(torch.uint8))
+                and torch.equal(cc, (t[:, 0::2] | t[:, 1::2] << 4).to(torch.uint8))
+                and torch.equal(sr, low[:, 0::16].to(torch.uint8)) and torch.equal(sc, lt[:, 0::16].to(torch.uint8)))
+
+
+IO_TILES = ((64, 64, 8), (64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8), (32, 128, 4), (256, 64, 8),
+            (128, 256, 8), (64, 128, 4), (128, 128, 4))
+
+
+@section("io floors: the quantizers' traffic without arithmetic, per tile")
+def io_floors():
+    """What fraction of copy bandwidth a quantizer's memory traffic reaches at each tile
+    (BM, BK, warps), with no arithmetic: one copy (_io_floor_kernel, as the quantizer
+    table's "io floor" row) and both copies, the column one transposed through shared
+    memory (_io_floor_rowcol_kernel: the tile; _io_floor_rowcol_packed_kernel: its bytes).
+    Whether 80% of copy is reachable at all."""
+    if SMOKE:
+        return
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        cr = torch.empty((r, c // 2), dtype=torch.uint8, device=DEV)
+        sr = torch.empty((r, c // 16), dtype=torch.uint8, device=DEV)
+        cc = torch.empty((c, r // 2), dtype=torch.uint8, device=DEV)
+        sc = torch.empty((c, r // 16), dtype=torch.uint8, device=DEV)
+        for (bm, bk, w) in IO_TILES:
+            grid = (r // bm, c // bk)
+            runs = (("row", 1, lambda: _io_floor_kernel[grid](x, cr, sr, r, c, BM=bm, BK=bk, num_warps=w)),
+                    ("row+col", 2, lambda: _io_floor_rowcol_kernel[grid](x, cr, sr, cc, sc, r, c, BM=bm, BK=bk,
+                                                                         num_warps=w)),
+                    ("row+col packed first", 2, lambda: _io_floor_rowcol_packed_kernel[grid](
+                        x, cr, sr, cc, sc, r, c, BM=bm, BK=bk, num_warps=w)))
+            if bk % 128 == 0 and bm % 64 == 0 and w in (4, 8):
+                runs += (("row+col gluon transpose", 2, lambda: _io_rowcol_gluon_kernel[grid](
+                    x, cr, sr, cc, sc, r, c, BM=bm, BK=bk, NW=w, num_warps=w)),)
+            for name, copies, fn in runs:
+                if left() < 20:
+                    return
+                time_quantizer(f"io floor {name} {bm}x{bk} {w} warps", (r, c), copies, False, fn, tile=[bm, bk, w])
+                if name == "row+col gluon transpose":
+                    RES["checks"].append(dict(what=f"io floor gluon {bm}x{bk} {w} warps {r}x{c}: every byte where it "
+                                              "belongs", ok=_io_gluon_bytes_ok(x, cr, sr, cc, sc)))
+        save()

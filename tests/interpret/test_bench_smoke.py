@@ -1,0 +1,50 @@
+"""benchmarks/kernels.py on the CPU (BENCH_SMOKE=1, Triton's interpreter, tiny shapes): every
+section runs to its end with no error and every check it makes holds, so a script bug costs
+no device time. The timings mean nothing here."""
+
+import json
+import os
+import re
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks/kernels.py"
+
+
+def run(tmp_path, *args, timeout=900):
+    env = dict(os.environ, BENCH_SMOKE="1", TRITON_INTERPRET="1", OUT=str(tmp_path))
+    return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=tmp_path)
+
+
+def sections() -> list[str]:
+    """The STEPS list's names, read from the script's source (importing it would run Triton's
+    interpreter choice in this process)."""
+    src = SCRIPT.read_text()
+    body = src[src.index("STEPS = [") + len("STEPS = ["):]
+    return [n.strip() for n in body[:body.index("]")].replace("\n", " ").split(",") if n.strip()]
+
+
+@pytest.mark.interpret
+@pytest.mark.slow
+def test_every_section_runs_clean_on_the_cpu(tmp_path):
+    proc = run(tmp_path, "--budget", "800")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((tmp_path / "kernels-h200.json").read_text())
+    assert res["errors"] == [], res["errors"]
+    failed = [c["what"] for c in res["checks"] if not c["ok"]]
+    assert res["checks"] and not failed, failed
+    ran = len(re.findall(r"^\[ *[0-9.]+s\] == ", proc.stdout, re.M))  # harness.section's "== name" lines
+    assert ran == len(sections()), f"{ran} of {len(sections())} sections ran:\n{proc.stdout[-2000:]}"
+    assert len(res["peer_quant"]) == 6 and all(q["agreement"]["row"]["within_one_step"] for q in res["peer_quant"])
+
+
+@pytest.mark.interpret
+def test_a_misspelt_section_is_an_error(tmp_path):
+    proc = run(tmp_path, "--only", "peer_quant,gemm_bnech", timeout=300)
+    assert proc.returncode == 2
+    assert "no section gemm_bnech" in proc.stderr and "gemm_bench" in proc.stderr
