@@ -5,12 +5,14 @@ owns. An H200 affords about 20 per element at copy bandwidth for a one-copy 4-bi
 quantizer (kernels-h200.md), so this ranks variants without device time.
 
     python benchmarks/sass_count.py            # table
+    python benchmarks/sass_count.py --ops      # and the row+col kernels' instructions by opcode
     python benchmarks/sass_count.py --json     # for scripts
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -51,6 +53,14 @@ def _sass(fn, signature: dict, constexprs: dict, warps: int) -> str:
 
 def _count(sass: str) -> int:
     return sum(1 for line in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line))
+
+
+def _opcodes(sass: str, elems: float) -> dict:
+    """Instructions per element by opcode (predicates and modifiers dropped), most first:
+    where an issue-bound kernel's instructions go."""
+    ops = collections.Counter(m.group(1) for line in sass.splitlines()
+                              if (m := re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_]+)", line)))
+    return {op: round(n / elems, 2) for op, n in ops.most_common()}
 
 
 def one_layout(fmt: str, rounding: str, rht: int, write_codes=True, write_xhat=False, fast=None) -> dict:
@@ -105,12 +115,13 @@ def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unsc
              RN_C=rn_c, LOG2N_C=rn_c.bit_length() - 1 if rn_c else 0, NORM_C=qk.rht_norm(rn_c), RNE_BF16=False,
              BR=br, BC=bc, SEED_PTR=False, ITERS=1)  # ITERS 1: the count is one tile's work
     sig = dict(RC_PTRS, R="i32", C="i32", seed="i64", offset_r="i64", offset_c="i64", **{k: "constexpr" for k in c})
-    n = _count(_sass(sk._strip_kernel, sig, c, warps))
+    sass = _sass(sk._strip_kernel, sig, c, warps)
+    n, elems = _count(sass), br * bc / (32 * warps)
     out = "+".join(n for n, on in (("codes", any(codes)), ("x_hat" + (" unscaled" if unscaled else ""), any(xhat)))
                    if on)
     rot = (f" row RHT{rn_r}" if rn_r else "") + (f" col RHT{rn_c}" if rn_c else "")
     return dict(kernel=f"rowcol strip {br}x{bc}" + rot, fmt=fmt, rounding=_roundings(rounding, rounding_c),
-                rht=rn_r or rn_c, out=out, instr=n, per_elem=n / (br * bc / (32 * warps)))
+                rht=rn_r or rn_c, out=out, instr=n, per_elem=n / elems, ops=_opcodes(sass, elems))
 
 
 def _roundings(rounding_r: str, rounding_c: str) -> str:
@@ -135,10 +146,11 @@ def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = 
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(k.asm["cubin"])
         f.flush()
-        n = _count(subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout)
+        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    n, elems = _count(sass), iters * bm * bk / (32 * warps)
     out = "+".join(("x_hat unscaled" if on else "codes") for on in (xhat_r, xhat_c))
     return dict(kernel=f"rowcol gluon {bm}x{bk} {warps}w x{iters}", fmt=fmt, rounding=_roundings(rounding, rounding_c),
-                rht=rn_r or rn_c, out=out, instr=n, per_elem=n / (iters * bm * bk / (32 * warps)))
+                rht=rn_r or rn_c, out=out, instr=n, per_elem=n / elems, ops=_opcodes(sass, elems))
 
 
 CASES = [
@@ -151,6 +163,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="only the first two cases and one rowcol")
+    ap.add_argument("--ops", action="store_true", help="also each row+col kernel's instructions per element by "
+                    "opcode (the ten most frequent)")
     args = ap.parse_args()
     cases = CASES[:2] if args.quick else CASES
     rows = [one_layout(f, r, n) for f, r, n in cases]
@@ -185,6 +199,12 @@ def main() -> None:
     for r in rows:
         out = r.get("out") or ("x_hat" if r["xhat"] else "codes")
         print(f"| {r['kernel']} | {r['fmt']} | {r['rounding']} | {r['rht']} | {out} | {r['instr']} | {r['per_elem']:.1f} |")
+    if args.ops:
+        print("\n| kernel | format | rounding | RHT | out | per element, by opcode |\n|---|---|---|---|---|---|")
+        for r in rows:
+            if "ops" in r:
+                top = ", ".join(f"{op} {v:.2f}" for op, v in list(r["ops"].items())[:10])
+                print(f"| {r['kernel']} | {r['fmt']} | {r['rounding']} | {r['rht']} | {r['out']} | {top} |")
 
 
 if __name__ == "__main__":
