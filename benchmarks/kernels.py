@@ -25,7 +25,7 @@ from kernel_bench.against_peers import peers, peer_quant
 from kernel_bench.ceilings import meta, ceiling_copy, ceiling_gemm
 from kernel_bench.gemm import gemm_epilogue, gemm_bench, gemm_variants, gemm_fp8_idea
 from kernel_bench.gemm_kernels import gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16
-from kernel_bench.harness import ARGS, RES, T0, save
+from kernel_bench.harness import ARGS, QSIZES, RES, T0, save
 from kernel_bench.io_floors import io_floors
 from kernel_bench.layer import decode_layout, layer_profiles, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench
 from kernel_bench.quant import quant_checks, quant_timing, rowcol_gluon, amax_pass, quant_configs
@@ -78,7 +78,14 @@ def main():
     ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096; "
                     "rowcol_gluon: the calls whose names start so")
+    ap.add_argument("--shapes", default="", help="the quantizer sections' shapes, RxC,... (e.g. the 125M model's "
+                    "32768x768,32768x2304); default: the issue's 8192x8192,16384x4096")
     vars(ARGS).update(vars(ap.parse_args()))
+    if ARGS.shapes:
+        shapes = [s.split("x") for s in ARGS.shapes.split(",")]
+        if not all(len(s) == 2 and all(v.isdigit() and int(v) > 0 for v in s) for s in shapes):
+            ap.error(f"--shapes: {ARGS.shapes!r} is not a list of RxC shapes such as 32768x768,32768x2304")
+        QSIZES[:] = [(int(r), int(c)) for r, c in shapes]
     torch.manual_seed(0)
     only = [o for o in ARGS.only.split(",") if o]
     unknown = sorted(set(only) - {s.__name__ for s in STEPS})

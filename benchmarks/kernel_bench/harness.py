@@ -23,7 +23,7 @@ T0 = time.time()
 RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [], "gemm_fp8_exact": [], "qlinear": [],
              "linear": [], "checks": [], "errors": [], "notes": []}
 # the command line; kernels.py main() fills it in place, so modules may import it by name
-ARGS = argparse.Namespace(budget=240.0, only="", repeat=1, rowcol_pin=False, variants="")
+ARGS = argparse.Namespace(budget=240.0, only="", repeat=1, rowcol_pin=False, variants="", shapes="")
 
 
 def left() -> float:
@@ -81,6 +81,7 @@ if SMOKE:
     GEMM_SHAPES = [(64, 64, 128), (32, 48, 128)]  # K: one step of the deepest tile (128)
 
 
+# the quantizer sections' shapes (the issue's); --shapes replaces them in place
 QSIZES = [(8192, 8192), (16384, 4096)] if not SMOKE else [(64, 64)]
 BIG = (8192, 8192) if not SMOKE else (64, 64)
 

@@ -48,3 +48,9 @@ def test_a_misspelt_section_is_an_error(tmp_path):
     proc = run(tmp_path, "--only", "peer_quant,gemm_bnech", timeout=300)
     assert proc.returncode == 2
     assert "no section gemm_bnech" in proc.stderr and "gemm_bench" in proc.stderr
+
+
+@pytest.mark.interpret
+def test_bad_shapes_are_an_error(tmp_path):
+    proc = run(tmp_path, "--only", "quant_checks", "--shapes", "32768x768,2304", timeout=300)
+    assert proc.returncode == 2 and "not a list of RxC shapes" in proc.stderr
