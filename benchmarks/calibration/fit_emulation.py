@@ -398,7 +398,8 @@ def on_gluon_amax(q: dict, rev: int | None) -> bool:
 def gluon_scaling(q: dict, rev: int | None, emulation: dict) -> tuple[float, float]:
     """(f, a) of ops.rs emulated_quant_s for this call: f scales the strip price beyond the
     call cost and the amax pass where the call runs on rowcol_gluon (on_gluon; else 1), a
-    the whole amax pass (both amax terms) where it is rowcol_gluon's (on_gluon_amax; else 1);
+    the whole amax pass (both amax terms): rowcol_gluon's factor where the pass is its
+    (on_gluon_amax), times the f32 factor of the pass's kernel and rotation for an f32 input;
     emulation: the TOML's [emulation] table (a factor it lacks is 1)."""
     rev = QUANT_REV if rev is None else rev
 
@@ -428,9 +429,14 @@ def gluon_scaling(q: dict, rev: int | None, emulation: dict) -> tuple[float, flo
         else:
             f = factor("triton_quant_gluon_one_lane_time_factor")
     a = 1.0
-    if on_gluon_amax(q, rev):
+    gluon_amax = on_gluon_amax(q, rev)
+    if gluon_amax:
         a = factor("triton_quant_gluon_amax_rht_time_factor" if outs[1].get("rht") == 16
                    else "triton_quant_gluon_amax_time_factor")
+    if q.get("src_bytes", 2) != 2:  # an f32 input's pass: its factor per kernel and rotation
+        rotated = any(o.get("rht") for o in outs)
+        a *= factor("triton_quant_" + ("gluon_" if gluon_amax else "") + "amax_" + ("rht_" if rotated else "")
+                    + "f32_time_factor")
     return f, a
 
 

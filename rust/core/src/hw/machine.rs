@@ -178,6 +178,12 @@ pub struct EmulCost {
     /// As `gluon_amax_time_factor`, for an amax pass with a column RHT of 16 (of strip.py's
     /// whole rotated pass, `amax_rht_s_per_elem` included).
     pub gluon_amax_rht_time_factor: f64,
+    /// An amax pass over an f32 input over the same pass over a bf16 one, per kernel and
+    /// rotation: strip.py's (plain, rotated), rowcol_gluon.py's (plain, column RHT of 16).
+    pub amax_f32_time_factor: f64,
+    pub amax_rht_f32_time_factor: f64,
+    pub gluon_amax_f32_time_factor: f64,
+    pub gluon_amax_rht_f32_time_factor: f64,
     /// Fixed cost of one profiled eager torch GEMM call.
     pub eager_call_s: f64,
     /// Clock the profiled eager GEMMs ran at: a training step leaves the chip power
@@ -361,6 +367,14 @@ impl Hw {
                 gluon_amax_time_factor: optional_factor(&e.triton_quant_gluon_amax_time_factor),
                 gluon_amax_rht_time_factor: optional_factor(
                     &e.triton_quant_gluon_amax_rht_time_factor,
+                ),
+                amax_f32_time_factor: optional_factor(&e.triton_quant_amax_f32_time_factor),
+                amax_rht_f32_time_factor: optional_factor(&e.triton_quant_amax_rht_f32_time_factor),
+                gluon_amax_f32_time_factor: optional_factor(
+                    &e.triton_quant_gluon_amax_f32_time_factor,
+                ),
+                gluon_amax_rht_f32_time_factor: optional_factor(
+                    &e.triton_quant_gluon_amax_rht_f32_time_factor,
                 ),
                 eager_call_s: e.torch_eager_call_us.value * 1e-6,
                 eager_clock_hz: e

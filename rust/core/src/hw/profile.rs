@@ -267,6 +267,20 @@ pub struct Emulation {
     /// rotated pass, `triton_quant_amax_rht_ns_per_elem` included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_amax_rht_time_factor: Option<Num>,
+    /// An amax pass over an f32 input (a LayerNorm's output under autocast) over the same pass
+    /// over a bf16 one: strip.py's kernel without an RHT (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_amax_f32_time_factor: Option<Num>,
+    /// As `triton_quant_amax_f32_time_factor`, for strip.py's rotated pass (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_amax_rht_f32_time_factor: Option<Num>,
+    /// As `triton_quant_amax_f32_time_factor`, for rowcol_gluon.py's pass (quantizer revision
+    /// 17 on takes f32 inputs) without an RHT (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_amax_f32_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_amax_f32_time_factor`, for its pass with a column RHT of 16 (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_amax_rht_f32_time_factor: Option<Num>,
     /// Fixed GPU time of one profiled eager torch GEMM call beyond its kernel; ops opt in
     /// with `"impl": "torch-eager"`.
     pub torch_eager_call_us: Num,

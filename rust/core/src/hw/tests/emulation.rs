@@ -782,10 +782,18 @@ fn emulated_gathered_column_stores_save_per_input_element_of_a_packed_column_cop
 fn emulated_f32_inputs_run_the_gluon_kernels_from_revision_17() {
     // An f32 input (src_bytes 4: a LayerNorm's output under autocast) kept strip.py's kernels
     // up to revision 16 (rowcol_gluon.py read bf16 only); from 17 it runs rowcol_gluon.py at
-    // `gluon_f32_time_factor` and its amax pass at the bf16 passes' factors.
+    // `gluon_f32_time_factor` and its amax pass at the bf16 passes' factors (here: the f32
+    // amax factors at 1, which the next test prices).
     let hw = h200_with_all(&[
         ("emulation.triton_quant_gluon_f32_time_factor", "0.5"),
         ("emulation.triton_quant_gluon_rht_rtne_time_factor", "0.25"),
+        ("emulation.triton_quant_amax_f32_time_factor", "1.0"),
+        ("emulation.triton_quant_amax_rht_f32_time_factor", "1.0"),
+        ("emulation.triton_quant_gluon_amax_f32_time_factor", "1.0"),
+        (
+            "emulation.triton_quant_gluon_amax_rht_f32_time_factor",
+            "1.0",
+        ),
     ]);
     let price = |src: f64, rev: u32, refresh: u32| {
         let op = format!(
@@ -808,6 +816,57 @@ fn emulated_f32_inputs_run_the_gluon_kernels_from_revision_17() {
             (gap - 0.25 * kernel).abs() < 1e-12,
             "{refresh}: {gap} {kernel}"
         );
+    }
+}
+
+#[test]
+fn emulated_f32_amax_pass_is_priced_at_its_factor_per_kernel_and_rotation() {
+    // An f32 input's amax pass reads twice the bytes: its price is the bf16 pass's times the
+    // factor of the kernel that runs it (strip.py's before revision 17, rowcol_gluon.py's from
+    // 17) and of its rotation; the quantizing kernel after it, and every bf16 call, are unchanged.
+    let hw = h200_with_all(&[
+        ("emulation.triton_quant_amax_f32_time_factor", "1.5"),
+        ("emulation.triton_quant_amax_rht_f32_time_factor", "1.25"),
+        ("emulation.triton_quant_gluon_amax_f32_time_factor", "1.75"),
+        (
+            "emulation.triton_quant_gluon_amax_rht_f32_time_factor",
+            "1.125",
+        ),
+    ]);
+    let ones = h200_with_all(&[
+        ("emulation.triton_quant_amax_f32_time_factor", "1.0"),
+        ("emulation.triton_quant_amax_rht_f32_time_factor", "1.0"),
+        ("emulation.triton_quant_gluon_amax_f32_time_factor", "1.0"),
+        (
+            "emulation.triton_quant_gluon_amax_rht_f32_time_factor",
+            "1.0",
+        ),
+    ]);
+    let price = |hw: &Hw, src: f64, rev: u32, refresh: u32, col: &str| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": 25165824, "impl": "fourcast-triton", "refresh": {refresh}, "src_bytes": {src}, "quant_rev": {rev}, "outputs": [{{"format": "nvfp4", "decoded": true}}, {{"format": "nvfp4"{col}}}]}}"#
+        );
+        op_time(hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    for (rev, col, factor) in [
+        (16, "", 1.5),
+        (16, r#", "rht": 16"#, 1.25),
+        (17, "", 1.75),
+        (17, r#", "rht": 16"#, 1.125),
+    ] {
+        // the pass: what a measured amax (refresh 1) adds to a given one (refresh 10)
+        let pass = |hw: &Hw, src: f64| price(hw, src, rev, 1, col) - price(hw, src, rev, 10, col);
+        let (f32_pass, plain) = (pass(&hw, 4.0), pass(&ones, 4.0));
+        assert!(plain > 0.0);
+        assert!(
+            (f32_pass - factor * plain).abs() < 1e-12,
+            "{rev} {col}: {f32_pass} {plain}"
+        );
+        assert_eq!(
+            price(&hw, 4.0, rev, 10, col),
+            price(&ones, 4.0, rev, 10, col)
+        );
+        assert_eq!(price(&hw, 2.0, rev, 1, col), price(&ones, 2.0, rev, 1, col));
     }
 }
 
