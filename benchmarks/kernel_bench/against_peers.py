@@ -3,6 +3,7 @@ peers, and each row+col quantizer call against its own peer."""
 
 from __future__ import annotations
 
+import traceback
 
 import torch
 
@@ -65,30 +66,40 @@ def peer_quant():
             if left() < 60:
                 RES["errors"].append(f"peer_quant {name} {r}x{c}: skipped (budget)")
                 continue
-
-            args = (x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
-            # a fresh compile per call and shape: past dynamo's recompile limit a function runs
-            # eagerly without an error; fullgraph: no silent graph breaks either
-            torch._dynamo.reset()
-            compiled = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True) if not SMOKE else pp.nvfp4_rowcol
-
-            def peer(args=args):
-                return pp.nvfp4_rowcol(*args)
-
-            got = ours()
-            p_row, p_col = compiled(*args)
-            agree = {axis: pp.agreement(p, (o.codes, o.scales)) for axis, p, o in (("row", p_row, got[0]),
-                                                                                   ("col", p_col, got[1]))}
-            exact = not kw.get("sr") and not kw.get("rht")
-            ok = all(a["within_one_step"] for a in agree.values()) and (
-                not exact or all(a["codes_equal"] == 1.0 and a["scales_equal"] == 1.0 for a in agree.values()))
-            RES["checks"].append(dict(what=f"peer {name} {r}x{c}: " + ("bytes = fourcast's" if exact else
-                                                                        "within one grid step of fourcast's"), ok=ok))
-            t, t_eager, t_comp = ms(ours), ms(peer, rep=50), ms(lambda: compiled(*args))
-            frac = qbytes(r, c, 16, 2) / (t * 1e-3) / 1e12 / copy
-            out.append(dict(call=name, shape=f"{r}x{c}", ms=t, eager_ms=t_eager, compiled_ms=t_comp, frac_copy=frac,
-                            vs_compiled=t_comp / t, vs_eager=t_eager / t, agreement=agree))
-            log(f"peer {name} {r}x{c}: fourcast {t * 1e3:.1f} us ({frac:.0%} of copy), torch.compile "
-                f"{t_comp * 1e3:.1f} us ({t_comp / t:.1f}x), eager {t_eager * 1e3:.0f} us ({t_eager / t:.0f}x); {agree}")
+            try:
+                _peer_call(name, ours, kw, x, h16, (r, c), out, copy)
+            except Exception as exc:  # one call's compile or run failing must not lose the others
+                RES["errors"].append(f"peer_quant {name} {r}x{c}: {exc!r}")
+                traceback.print_exc()
         del x
         save()
+
+
+def _peer_call(name, ours, kw, x, h16, shape, out, copy):
+    """One row+col call of peer_quant: its peer compiled afresh, the bytes compared, the three
+    timed; a row appended to out."""
+    r, c = shape
+    args = (x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
+    # a fresh compile per call and shape: past dynamo's recompile limit a function runs
+    # eagerly without an error; fullgraph: no silent graph breaks either
+    torch._dynamo.reset()
+    compiled = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True) if not SMOKE else pp.nvfp4_rowcol
+
+    def peer(args=args):
+        return pp.nvfp4_rowcol(*args)
+
+    got = ours()
+    p_row, p_col = compiled(*args)
+    agree = {axis: pp.agreement(p, (o.codes, o.scales)) for axis, p, o in (("row", p_row, got[0]),
+                                                                           ("col", p_col, got[1]))}
+    exact = not kw.get("sr") and not kw.get("rht")
+    ok = all(a["within_one_step"] for a in agree.values()) and (
+        not exact or all(a["codes_equal"] == 1.0 and a["scales_equal"] == 1.0 for a in agree.values()))
+    RES["checks"].append(dict(what=f"peer {name} {r}x{c}: " + ("bytes = fourcast's" if exact else
+                                                                "within one grid step of fourcast's"), ok=ok))
+    t, t_eager, t_comp = ms(ours), ms(peer, rep=50), ms(lambda: compiled(*args))
+    frac = qbytes(r, c, 16, 2) / (t * 1e-3) / 1e12 / copy
+    out.append(dict(call=name, shape=f"{r}x{c}", ms=t, eager_ms=t_eager, compiled_ms=t_comp, frac_copy=frac,
+                    vs_compiled=t_comp / t, vs_eager=t_eager / t, agreement=agree))
+    log(f"peer {name} {r}x{c}: fourcast {t * 1e3:.1f} us ({frac:.0%} of copy), torch.compile "
+        f"{t_comp * 1e3:.1f} us ({t_comp / t:.1f}x), eager {t_eager * 1e3:.0f} us ({t_eager / t:.0f}x); {agree}")
