@@ -50,7 +50,8 @@ def main(path: str) -> None:
         peer = pf if q["variant"].startswith("fake-quant") else pc
         copies = 2 if "row+col" in q["variant"] else 1
         sp = f"{peer * copies / q['ms']:.1f}x" if peer and q["shape"] == "8192x8192" else ""
-        print(f"| {q['variant']} | {q['shape']} | {q['ms'] * 1e3:.1f} | {q['tbps']:.2f} | {q['frac_copy']:.0%} | {sp} |")
+        tbps = q.get("tbps", q["frac_copy"] * c.get("copy_tbps", 0))  # time_quantizer's rows record the fraction only
+        print(f"| {q['variant']} | {q['shape']} | {q['ms'] * 1e3:.1f} | {tbps:.2f} | {q['frac_copy']:.0%} | {sp} |")
     peer_table(r.get("peer_quant", []))
     print("\n| GEMM variant | shape | TFLOP/s | of cuBLAS BF16 |\n|---|---|---|---|")
     for g in r["gemm"]:

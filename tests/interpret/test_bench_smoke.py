@@ -41,6 +41,23 @@ def test_every_section_runs_clean_on_the_cpu(tmp_path):
     ran = len(re.findall(r"^\[ *[0-9.]+s\] == ", proc.stdout, re.M))  # harness.section's "== name" lines
     assert ran == len(sections()), f"{ran} of {len(sections())} sections ran:\n{proc.stdout[-2000:]}"
     assert len(res["peer_quant"]) == 6 and all(q["agreement"]["row"]["within_one_step"] for q in res["peer_quant"])
+    table = report(tmp_path / "kernels-h200.json")  # the markdown report reads what the run wrote
+    peers = table.split("| row+col NVFP4 call |", 1)[1].split("\n\n", 1)[0]
+    assert peers.count("\n| row+col nvfp4") == 6 and "vs compiled" in peers
+
+
+def report(path) -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels_report.py"), str(path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_the_report_reads_the_committed_gpu_run():
+    """kernels_report.py on the committed kernels-h200.json (session 14's GPU run, before the
+    per-call peers): every table it has, and no peer table."""
+    table = report(ROOT / "benchmarks/results/kernels-h200.json")
+    assert "NVIDIA H200" in table and "| packed GEMM" in table and "| row+col NVFP4 call" not in table
 
 
 @pytest.mark.interpret
