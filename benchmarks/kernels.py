@@ -80,7 +80,11 @@ def main():
                     "rowcol_gluon: the calls whose names start so")
     ap.add_argument("--shapes", default="", help="the quantizer sections' shapes, RxC,... (e.g. the 125M model's "
                     "32768x768,32768x2304); default: the issue's 8192x8192,16384x4096")
+    ap.add_argument("--list", action="store_true", help="print the section names, one a line, and exit")
     vars(ARGS).update(vars(ap.parse_args()))
+    if ARGS.list:
+        print("\n".join(s.__name__ for s in STEPS))
+        return
     if ARGS.shapes:
         shapes = [s.split("x") for s in ARGS.shapes.split(",")]
         if not all(len(s) == 2 and all(v.isdigit() and int(v) > 0 for v in s) for s in shapes):

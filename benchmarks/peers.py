@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import torch
 
-FLT_MAX = 3.4028234663852886e38
-TE_SIGNS = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)  # numerics.md, TE's RHT signs
+from fourcast.kernels.utils import FLT_MAX, TE_SIGNS  # numerics.md's constants, one definition
 
 
 def hadamard16(signs=TE_SIGNS, device=None) -> torch.Tensor:
@@ -88,7 +87,8 @@ def nvfp4_fake_quant(x: torch.Tensor) -> torch.Tensor:
 
 def nvfp4_pack(x: torch.Tensor):
     """Row-wise codes + E4M3 scale bytes, fresh amax."""
-    return nvfp4_packed(x.float(), tensor_scale(x.float(), None))
+    xf = x.float()
+    return nvfp4_packed(xf, tensor_scale(xf, None))
 
 
 def nibbles(codes: torch.Tensor) -> torch.Tensor:

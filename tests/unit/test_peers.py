@@ -83,7 +83,6 @@ def test_rht_matrix_is_the_reference_rht(peers):
     got = (x.reshape(-1, 16) @ peers.hadamard16()).reshape(8, 32)
     want = ref.rht(x, 16, ref.rht_signs(16, "te"))
     assert torch.allclose(got, want, rtol=0, atol=1e-5)
-    assert torch.equal(torch.tensor(peers.TE_SIGNS, dtype=torch.float32), ref.rht_signs(16, "te"))
 
 
 def test_agreement_counts_one_step_gaps(peers):
