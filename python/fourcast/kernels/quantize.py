@@ -84,6 +84,22 @@ def _bcast(v, like):
     return tl.where(like == like, v, v)
 
 
+# Inline PTX does not run under TRITON_INTERPRET=1: there the helpers below take their
+# portable form (the same bits).
+_PTX = tl.constexpr(not interpreting())
+
+
+@triton.jit
+def _add_max(b, D: tl.constexpr, C: tl.constexpr):
+    """max(b + D, C) on int32, one VIADDMNMX on sm_90: written plainly, LLVM moves the add
+    past the max (max(b, C - D) + D) and ptxas emits two instructions."""
+    if _PTX:
+        return tl.inline_asm_elementwise("{ .reg .s32 t; add.s32 t, $1, $2; max.s32 $0, t, $3; }", "=r,r,r,r",
+                                         [b, _bcast(D, b), _bcast(C, b)], dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        return tl.maximum(b + D, C)
+
+
 @triton.jit
 def _pow2(k):
     """2^k as f32 for int32 k in [-149, 127], from bits (exact, subnormals too)."""
@@ -128,14 +144,16 @@ def _round_grid(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constex
 @triton.jit
 def _round_elem(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, MODE: tl.constexpr,
                 GMAX: tl.constexpr = 0.0):
-    """_round_grid for magnitudes 0 <= a <= gmax, RTNE in 7 instructions and SR in ~15
-    instead of ~40 (the same bits: every operation below is exact or the single rounding
-    the grid defines).
+    """_round_grid for magnitudes 0 <= a <= gmax, RTNE in 4 instructions to the value and
+    SR in ~15 instead of ~40 (the same bits: every operation below is exact or the single
+    rounding the grid defines).
     RTNE: v = (a + big) - big with big = 2^(max(e, EMIN) + 23 - MBITS), e = floor(log2 a):
     the f32 addition rounds a to the grid step ulp(big) = 2^(max(e, EMIN) - MBITS) once,
     to nearest even (big / step = 2^23 is even), and the subtraction is exact. The code
     is v's bits after scaling by 2^(-126 - EMIN), which lines the grid's exponent field up
-    with f32's and its subnormals with f32's subnormals (v is on the grid: exact).
+    with f32's and its subnormals with f32's subnormals (v is on the grid: exact);
+    _rtne_aligned gets that scaled value in one step, the cheaper path to codes.
+    Integer grids: a + 2^23 holds the rounded integer in its low bits.
     SR: truncate the significand (normal range) or floor n = a / step (subnormal range
     and integer grids), then step up where u * step < the remainder.
     SR16 (MODE 4; u: the byte b of u = (b + 0.5) / 256, see _round_sr16): in integers."""
@@ -144,11 +162,13 @@ def _round_elem(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constex
     if MODE == 1:
         return _round_grid(a, u, EMIN, MBITS, FIXED, MODE)
     if MODE == 0:
-        if FIXED:
-            v = (a + 8388608.0) - 8388608.0
-            return v.to(tl.int32), v
+        if FIXED:  # a + 2^23 rounds a to an integer n and holds it in its low bits
+            s = a + 8388608.0
+            return s.to(tl.int32, bitcast=True) - 0x4B000000, s - 8388608.0
+        # big from a's bits: the add-then-max is one VIADDMNMX on sm_90, the mask one LOP3
+        D: tl.constexpr = (23 - MBITS) << 23
         b = a.to(tl.int32, bitcast=True)
-        big = (tl.maximum(b & 0x7F800000, (127 + EMIN) << 23) + ((23 - MBITS) << 23)).to(tl.float32, bitcast=True)
+        big = (_add_max(b, D, ((127 + EMIN) << 23) + D) & 0x7F800000).to(tl.float32, bitcast=True)
         v = (a + big) - big
         code = (v * (2.0 ** (-126 - EMIN))).to(tl.int32, bitcast=True) >> (23 - MBITS)
         return code, v
@@ -170,6 +190,24 @@ def _round_elem(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constex
     code = tl.where(sub, n, (rb >> SHIFT) - ((127 + EMIN - 1) << MBITS))
     value = tl.where(sub, n.to(tl.float32) * STEP, rb.to(tl.float32, bitcast=True))
     return code, value
+
+
+@triton.jit
+def _rtne_aligned(a, EMIN: tl.constexpr, MBITS: tl.constexpr):
+    """_round_elem's RTNE for magnitudes 0 <= a <= gmax as (code magnitude, v * 2^K), K =
+    -126 - EMIN: the code in 5 instructions where _round_elem takes 7 (VIADDMNMX, LOP3,
+    FFMA, FADD, SHF). With big' = 2^(max(e, EMIN) + K + 23 - MBITS), the fused
+    a * 2^K + big' rounds the exact a * 2^K (an f32 subnormal below 2^EMIN) once, to the
+    grid step times 2^K = ulp(big'), to nearest even; subtracting big' is exact and leaves
+    v * 2^K, whose bits are the code (see _round_elem). Needs a fused multiply-add that
+    rounds once with subnormal products: the GPU's FFMA, and the interpreter's from
+    Triton 3.9 (tests/interpret/test_rtne_forms.py checks it)."""
+    K: tl.constexpr = -126 - EMIN
+    D: tl.constexpr = (K + 23 - MBITS) << 23
+    b = a.to(tl.int32, bitcast=True)
+    big = (_add_max(b, D, ((127 + EMIN) << 23) + D) & 0x7F800000).to(tl.float32, bitcast=True)
+    v_al = tl.fma(a, 2.0 ** K, big) - big
+    return v_al.to(tl.int32, bitcast=True) >> (23 - MBITS), v_al
 
 
 @triton.jit
@@ -332,21 +370,42 @@ def _block_scales(bmax_bits, s_enc, pts, GMAX: tl.constexpr, EMAX: tl.constexpr,
 @triton.jit
 def _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr,
                  TWOS: tl.constexpr, BITS: tl.constexpr, GMAX: tl.constexpr, MODE: tl.constexpr,
-                 UNSCALED: tl.constexpr):
+                 UNSCALED: tl.constexpr, CODES: tl.constexpr = True):
     """Elementwise: codes (int32) and x_hat of y given its block's multiplier and decoded
     scale (broadcast to y's shape). UNSCALED: x_hat without the tensor scale, value *
-    scale, exact (a GEMM epilogue divides the tensor scales out)."""
+    scale, exact (a GEMM epilogue divides the tensor scales out). CODES: the caller
+    writes the codes (RTNE on a floating grid takes _rtne_aligned's path, the cheaper
+    one for codes; else _round_elem's, the cheaper one for x_hat): the same bits either way.
+    A 4-bit code is the low 4 bits of its int32; on that path bits 8 and up may be set
+    (callers pack codes into bytes and keep the byte)."""
     q = y * mult  # a non-finite block's garbage is masked below (codes 0, x_hat NaN)
-    mag, val = _round_elem(tl.minimum(tl.abs(q), GMAX), u, EMIN, MBITS, FIXED, MODE, GMAX)
+    a = tl.minimum(tl.abs(q), GMAX)
+    ALIGNED: tl.constexpr = CODES and MODE == 0 and not FIXED
+    if ALIGNED:
+        mag, v_al = _rtne_aligned(a, EMIN, MBITS)
+        val = v_al * (2.0 ** (126 + EMIN))
+    else:
+        mag, val = _round_elem(a, u, EMIN, MBITS, FIXED, MODE, GMAX)
     qb = q.to(tl.int32, bitcast=True)
     if TWOS:  # two's complement has no -0: the decoded zero is +0
         neg = qb < 0
         codes = tl.where(neg, (0 - mag) & 0xF, mag)
         val = _with_sign(val, neg & (mag != 0))
     else:  # the sign bit of q onto the code's top bit and onto the value
-        codes = mag | ((qb >> (32 - BITS)) & (1 << (BITS - 1)))
+        if ALIGNED and BITS == 4:
+            # v * 2^K holds the code magnitude in bits 23 - MBITS .. 25 - MBITS and nothing else:
+            # with q's sign bit OR'ed in, one IMAD.HI by 2^(9 + MBITS) + 2^4 moves those bits
+            # to 0 .. 2 and the sign to 3 (no two images overlap, so no carries; the sign's
+            # other image lands at bit 8 + MBITS), where two shifts and a LOP3 did. A
+            # non-finite block multiplies by 0 (its codes 0): a select a block, not a code.
+            w = (v_al.to(tl.int32, bitcast=True) | (qb & -2147483648)).to(tl.uint32, bitcast=True)
+            k = tl.where(bad_elem, 0, (1 << (9 + MBITS)) + 16).to(tl.uint32)
+            codes = tl.umulhi(w, k).to(tl.int32, bitcast=True)
+        else:
+            codes = tl.where(bad_elem, 0, mag | ((qb >> (32 - BITS)) & (1 << (BITS - 1))))
         val = (val.to(tl.int32, bitcast=True) | (qb & -2147483648)).to(tl.float32, bitcast=True)
-    codes = tl.where(bad_elem, 0, codes)
+    if TWOS:
+        codes = tl.where(bad_elem, 0, codes)
     if UNSCALED:
         xhat = val * sval
     else:
@@ -361,10 +420,10 @@ def _quant_tile(y, m, k, k0, M, K, amax, seed, offset,
                 SCALE: tl.constexpr, RULE: tl.constexpr, B: tl.constexpr, TILE2D: tl.constexpr,
                 S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr, S_MIN: tl.constexpr,
                 NUM: tl.constexpr, NANB: tl.constexpr, MODE: tl.constexpr,
-                BM: tl.constexpr, BK: tl.constexpr, UNSCALED: tl.constexpr = False):
+                BM: tl.constexpr, BK: tl.constexpr, UNSCALED: tl.constexpr = False, CODES: tl.constexpr = True):
     """Quantize an f32 [BM, BK] tile of the (M, K) layout along K (reference.quantize_layout);
     k0: the tile's first column (k = k0 + 0 .. BK). Returns (codes int32 [BM, BK], x_hat f32
-    [BM, BK], scale bytes per block, tensor scale)."""
+    [BM, BK], scale bytes per block, tensor scale); CODES: the codes are written (_quant_elems)."""
     PER_TENSOR: tl.constexpr = SCALE == 0
     s_enc, pts = _tensor_scales(amax, PER_TENSOR, RULE, NUM)
     if PER_TENSOR:
@@ -387,7 +446,8 @@ def _quant_tile(y, m, k, k0, M, K, amax, seed, offset,
         u = sr_uniform_group(seed, m, k0, K, offset, BM, BK, 4 if MODE == 3 else 16)
     else:
         u = y
-    codes, xhat = _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, UNSCALED)
+    codes, xhat = _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, UNSCALED,
+                               CODES)
     return codes, xhat, sbytes, ts
 
 
@@ -409,7 +469,7 @@ def _store_codes(CODES, codes, m, k, M, K, pid_k, BITS: tl.constexpr, BM: tl.con
     """Codes of tile column `pid_k`: packed two per byte (element 2i low nibble) or FP8 bytes."""
     if BITS == 4:
         lo, hi = tl.split(tl.reshape(codes, (BM, BK // 2, 2)))
-        packed = (lo | (hi << 4)).to(tl.uint8)
+        packed = (lo + (hi << 4)).to(tl.uint8)  # disjoint nibbles: an add is one LEA
         k2 = pid_k * (BK // 2) + tl.arange(0, BK // 2)[None, :]
         tl.store(CODES + m * (K // 2) + k2, packed, mask=(m < M) & (k2 < K // 2))
     else:
@@ -465,7 +525,7 @@ def _quantize_kernel(X, CODES, SCALES, XHAT, ROT, AMAX_BITS, AMAX_IN, TS_OUT, SI
         seed = load_seed(seed, SEED_PTR)
         codes, xhat, sbytes, ts = _quant_tile(
             y, m, k, tl.program_id(1) * BK, M, K, amax, seed, offset, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
-            TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE, BM, BK, UNSCALED)
+            TILE2D, S_EMIN, S_MBITS, S_GMAX, S_MIN, NUM, NANB, MODE, BM, BK, UNSCALED, WRITE_CODES)
         if WRITE_CODES:
             _store_codes(CODES, codes, m, k, M, K, tl.program_id(1), BITS, BM, BK)
             if SCALE != 0:

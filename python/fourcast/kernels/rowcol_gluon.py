@@ -187,12 +187,13 @@ def _abs_max16(v, AXIS: gl.constexpr):
 
 @gluon.jit
 def _quant(y, sb_mult, sb_sv, sb_bad, ts, u, AXIS: gl.constexpr, EMIN: gl.constexpr, MBITS: gl.constexpr,
-           FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, MODE: gl.constexpr):
+           FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, MODE: gl.constexpr,
+           CODES: gl.constexpr):
     """(4-bit codes, unscaled x_hat) of y given its blocks' multipliers, decoded scales and
     non-finite flags (reduced along AXIS, broadcast back here): round-to-nearest-even (MODE
-    0) or "sr16" (MODE 4, u: each element's byte)."""
+    0) or "sr16" (MODE 4, u: each element's byte); CODES: the codes are written."""
     return _quant_elems(y, gl.expand_dims(sb_mult, AXIS), gl.expand_dims(sb_sv, AXIS), gl.expand_dims(sb_bad, AXIS),
-                        ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, True)
+                        ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, True, CODES)
 
 
 @gluon.jit
@@ -235,18 +236,19 @@ def _group_bytes(seed, counter, n, AXIS: gl.constexpr):
 @gluon.jit
 def _quant_pair(a, b, sb_mult, sb_sv, sb_bad, ts, seed, counter, n, AXIS: gl.constexpr, EMIN: gl.constexpr,
                 MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr,
-                GMAX: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr):
+                GMAX: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr, CODES: gl.constexpr):
     """_quant of two elements that share a code byte (a in its low nibble): the byte and
-    both x_hat. With "sr16" (MODE 4) they are members n and n + 1 of their block (B)."""
+    both x_hat. With "sr16" (MODE 4) they are members n and n + 1 of their block (B).
+    CODES: the byte is written (else x_hat)."""
     if MODE == 4:
         u_a = _sr16_bytes(seed, counter, n, AXIS, B)
         u_b = _sr16_bytes(seed, counter, n + 1, AXIS, B)
     else:
         u_a = a
         u_b = b
-    c_a, x_a = _quant(a, sb_mult, sb_sv, sb_bad, ts, u_a, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
-    c_b, x_b = _quant(b, sb_mult, sb_sv, sb_bad, ts, u_b, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE)
-    return (c_a | (c_b << 4)).to(gl.uint8), x_a, x_b
+    c_a, x_a = _quant(a, sb_mult, sb_sv, sb_bad, ts, u_a, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, CODES)
+    c_b, x_b = _quant(b, sb_mult, sb_sv, sb_bad, ts, u_b, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, CODES)
+    return (c_a + (c_b << 4)).to(gl.uint8), x_a, x_b  # disjoint nibbles: an add is one LEA
 
 
 @gluon.constexpr_function
@@ -300,14 +302,14 @@ def _abs_max_col(ye, yo):
 def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr,
               TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
               RULE: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr, S_GMAX: gl.constexpr,
-              S_MIN: gl.constexpr, NANB: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr):
+              S_MIN: gl.constexpr, NANB: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr, CODES: gl.constexpr):
     """One element column of the column copy ([column block, row pair in block, word column]:
     ye its rows 2i, yo its rows 2i + 1; bmax its blocks' amax bits): (code bytes of the row
     pairs, scale bytes, x_hat of ye, x_hat of yo). Row 2p (+1) of a block is member 2p (+1) of its "sr16" group."""
     sb, mult, sv, bad = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
                                       NANB)
     codes, x_e, x_o = _quant_pair(ye, yo, mult, sv, bad, s_c, seed, counter, 2 * p, 1, EMIN, MBITS, FIXED, TWOS,
-                                  BITS, GMAX, MODE, B)
+                                  BITS, GMAX, MODE, B, CODES)
     return codes, sb.to(gl.uint8), x_e, x_o
 
 
@@ -400,7 +402,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             # word k of a block holds its members 2k and 2k + 1 ("sr16": B / 16 groups a block)
             counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 * (B // 16) + offset_r
             codes, x_lo, x_hi = _quant_pair(lo, hi, mult, sv, bad, s_r, seed, counter, 2 * k, 2, EMIN, MBITS, FIXED,
-                                            TWOS, BITS, GMAX, MODE_R, B)
+                                            TWOS, BITS, GMAX, MODE_R, B, not XHAT_R_ON)
             if XHAT_R_ON:
                 XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
                 gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, _word(x_lo, x_hi, XHAT_R.dtype.element_ty))
@@ -438,10 +440,10 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j * (B // 16) + offset_c
         b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS,
                                              BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB,
-                                             MODE_C, B)
+                                             MODE_C, B, not XHAT_C_ON)
         b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
                                              TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
-                                             NANB, MODE_C, B)
+                                             NANB, MODE_C, B, not XHAT_C_ON)
         if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
             XC_OUT = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
             we = _word(xe_lo, xe_hi, XHAT_C.dtype.element_ty)

@@ -181,7 +181,7 @@ def _strip_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_
                                  MODE_R, MODE_C, CODES_R_ON, XHAT_R_ON, CODES_C_ON, XHAT_C_ON, UNSCALED, RNE_BF16,
                                  BR, BC, GATHER)
         if GATHER:
-            g_codes |= packed << (8 * it)
+            g_codes |= (packed & 0xFF) << (8 * it)  # a packed pair's int32 may carry bits above its byte
             g_scales |= sb << (8 * it)
     if GATHER:
         _store_gathered(g_codes, g_scales, pid_r, pid_c, R, C, CODES_C, SCALES_C, B, TILE2D, BR, BC, ITERS)
@@ -222,7 +222,7 @@ def _strip_tile(yr, yc, r, c, pid_r, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, 
             u = yr
         codes, xhat = _quant_elems(yr, _expand(mult, BR, BC, B, TILE2D), _expand(sv, BR, BC, B, TILE2D),
                                    _expand(bad.to(tl.int32), BR, BC, B, TILE2D) != 0, s_r, u, EMIN, MBITS,
-                                   FIXED, TWOS, BITS, GMAX, MODE_R, UNSCALED)
+                                   FIXED, TWOS, BITS, GMAX, MODE_R, UNSCALED, CODES_R_ON)
         if CODES_R_ON:
             _store_codes(CODES_R, codes, r, c, R, C, pid_c, BITS, BR, BC)
             _store_scales(SCALES_R, sb, R, C, pid_r, pid_c, B, TILE2D, BR, BC)
@@ -251,7 +251,7 @@ def _strip_tile(yr, yc, r, c, pid_r, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, 
         else:
             u = yc
         codes, xhat = _quant_elems(yc, mult_e, sv_e, bad_e, s_c, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX,
-                                   MODE_C, UNSCALED)
+                                   MODE_C, UNSCALED, CODES_C_ON)
         if CODES_C_ON and BITS == 4:  # rows 2i (low nibble) and 2i + 1 of a column share a byte
             shift = tl.reshape(tl.where(tl.arange(0, 2) == 0, 0, 4), (1, 2, 1))
             packed = tl.sum(tl.reshape(codes, (BR // 2, 2, BC)) << shift, axis=1)
