@@ -101,6 +101,17 @@ def _add_max(b, D: tl.constexpr, C: tl.constexpr):
 
 
 @triton.jit
+def _add_sub(x, C: tl.constexpr, y):
+    """x + C - y on int32, one IADD3 on sm_90: written plainly, LLVM turns C - y into an XOR
+    (y's bits lie under C's) and ptxas emits an XOR and an add."""
+    if _PTX:
+        return tl.inline_asm_elementwise("{ .reg .s32 t; add.s32 t, $1, $2; sub.s32 $0, t, $3; }", "=r,r,r,r",
+                                         [x, _bcast(C, x), y], dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        return x + C - y
+
+
+@triton.jit
 def _pow2(k):
     """2^k as f32 for int32 k in [-149, 127], from bits (exact, subnormals too)."""
     normal = (tl.minimum(tl.maximum(k, -126), 127) + 127) << 23
@@ -215,31 +226,52 @@ def _round_sr16(a, byte, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.cons
     """_round_elem's SR for u = (byte + 0.5) / 256 = t / 512, t = 2 byte + 1, in integers:
     the float form's bits (tests/interpret/test_sr16_integer.py, at every threshold), with
     no float uniform and no float compare. The issue-bound dY call (sr16, both copies):
-    106.5 -> 92 SASS per element, 12% faster on the H200 (kernels-h200.md, session 11).
-    Step up iff u * step < rem (the remainder above the grid point below, exact):
-    - normal range: rem and step in units of a's last significand bit are (b & LOW) and
-      2^SHIFT, so iff (b & LOW) > t << (SHIFT - 9), and b + LOW - (t << (SHIFT - 9)) carries
-      into bit SHIFT exactly then: masked, that is the rounded value's bits;
-    - subnormal range and integer grids: with T = a * 512 / step (exact) and n0 = floor(T / 512),
-      iff T > 512 n0 + t, i.e. ceil(T) > 512 n0 + t (t is an integer), which gives
-      n = (ceil(T) - 1 - t + 512) >> 9 (T = 0: n = 0)."""
+    106.5 -> 92 SASS per element, 12% faster on the H200 (kernels-h200.md, session 11);
+    _sr16_aligned's form (session 21) takes it lower.
+    Integer grids: with T = a * 512 (exact) and n0 = floor(T / 512), step up iff T > 512 n0
+    + t, i.e. ceil(T) > 512 n0 + t (t is an integer), which gives n = (ceil(T) - 1 - t +
+    512) >> 9."""
+    if FIXED:
+        t = 2 * byte + 1
+        n = (tl.math.ceil(a * 512.0).to(tl.int32) + 511 - t) >> 9
+        return n, n.to(tl.float32)
+    code, v_al = _sr16_aligned(a, byte, EMIN, MBITS)
+    return code, v_al * (2.0 ** (126 + EMIN))
+
+
+@triton.jit
+def _sr16_aligned(a, byte, EMIN: tl.constexpr, MBITS: tl.constexpr):
+    """"sr16" of magnitudes 0 <= a <= gmax on a floating grid as (code magnitude, v * 2^K),
+    K = -126 - EMIN (as _rtne_aligned), in integers on the bits of a * 2^K rounded up:
+    - a * 2^K lines the grid up with f32 (its subnormal range with f32's subnormals), so
+      the grid step is 2^SHIFT units of the last bit, SHIFT = 23 - MBITS, in both ranges;
+    - rounded up (mul.rp), its bits are ceil(a * 2^(149 + K)): exact in the normal range,
+      and in the subnormal range the integer the strict compare needs (for an integer m,
+      m < R iff m < ceil(R));
+    - step up iff u * step < rem, i.e. (t << (SHIFT - 9)) < rem in those units, iff
+      bits + LOW - (t << (SHIFT - 9)) carries into bit SHIFT (LOW = 2^SHIFT - 1): masked,
+      that is v * 2^K's bits, and shifted, the code (a carry into the next binade is its
+      code, as with _rtne_aligned).
+    Four instructions where the two-range form took about ten, two of them conversions."""
     SHIFT: tl.constexpr = 23 - MBITS
     LOW: tl.constexpr = (1 << SHIFT) - 1
-    t = 2 * byte + 1
-    if not FIXED and GMAX * 2.0 ** (MBITS - EMIN + 9) >= 2.0 ** 31:
-        a_sub = tl.minimum(a, 2.0 ** EMIN)  # FP8 grids: T stays an int32 (n only counts below 2^EMIN)
+    K: tl.constexpr = -126 - EMIN
+    b_al = _mul_up(a, 2.0 ** K, EMIN)
+    rb = _add_sub(b_al, LOW - (1 << (SHIFT - 9)), byte << (SHIFT - 8)) & ~LOW  # + LOW - (t << (SHIFT - 9))
+    return rb >> SHIFT, rb.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _mul_up(a, scale: tl.constexpr, EMIN: tl.constexpr):
+    """The bits of a * scale (a >= 0, scale = 2^(-126 - EMIN)) rounded toward +inf: one
+    mul.rp on the GPU; under the interpreter (no inline PTX) ceil(a * 2^(23 - EMIN)) below
+    2^EMIN (a subnormal product) and the exact product's bits above."""
+    if _PTX:
+        return tl.inline_asm_elementwise("mul.rp.f32 $0, $1, $2;", "=r,f,f", [a, _bcast(scale, a)], dtype=tl.int32,
+                                         is_pure=True, pack=1)
     else:
-        a_sub = a
-    ti = tl.math.ceil(a_sub * (2.0 ** (MBITS - EMIN + 9))).to(tl.int32)
-    n = (ti + 511 - t) >> 9
-    if FIXED:
-        return n, n.to(tl.float32)
-    b = a.to(tl.int32, bitcast=True)
-    rb = (b + (LOW - (t << (SHIFT - 9)))) & ~LOW  # a carry into the exponent is the next binade's code
-    sub = a < 2.0 ** EMIN
-    code = tl.where(sub, n, (rb >> SHIFT) - ((127 + EMIN - 1) << MBITS))
-    value = tl.where(sub, n.to(tl.float32) * (2.0 ** (EMIN - MBITS)), rb.to(tl.float32, bitcast=True))
-    return code, value
+        sub = tl.math.ceil(tl.minimum(a, 2.0 ** EMIN) * (2.0 ** (23 - EMIN))).to(tl.int32)
+        return tl.where(a < 2.0 ** EMIN, sub, (a * scale).to(tl.int32, bitcast=True))
 
 
 @triton.jit
@@ -370,19 +402,24 @@ def _block_scales(bmax_bits, s_enc, pts, GMAX: tl.constexpr, EMAX: tl.constexpr,
 @triton.jit
 def _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr,
                  TWOS: tl.constexpr, BITS: tl.constexpr, GMAX: tl.constexpr, MODE: tl.constexpr,
-                 UNSCALED: tl.constexpr, CODES: tl.constexpr = True):
+                 UNSCALED: tl.constexpr, CODES: tl.constexpr = True, SIGNED: tl.constexpr = True):
     """Elementwise: codes (int32) and x_hat of y given its block's multiplier and decoded
     scale (broadcast to y's shape). UNSCALED: x_hat without the tensor scale, value *
     scale, exact (a GEMM epilogue divides the tensor scales out). CODES: the caller
     writes the codes (RTNE on a floating grid takes _rtne_aligned's path, the cheaper
     one for codes; else _round_elem's, the cheaper one for x_hat): the same bits either way.
-    A 4-bit code is the low 4 bits of its int32; on that path bits 8 and up may be set
-    (callers pack codes into bytes and keep the byte)."""
+    "sr16" on a floating grid takes _sr16_aligned's path either way.
+    A 4-bit code is the low 4 bits of its int32; on the aligned paths bits 8 and up may be
+    set (callers pack codes into bytes and keep the byte). SIGNED False: x_hat's magnitude
+    (the caller puts y's sign bits back on its 16-bit words at once)."""
     q = y * mult  # a non-finite block's garbage is masked below (codes 0, x_hat NaN)
     a = tl.minimum(tl.abs(q), GMAX)
-    ALIGNED: tl.constexpr = CODES and MODE == 0 and not FIXED
+    ALIGNED: tl.constexpr = (CODES and MODE == 0 or MODE == 4) and not FIXED
     if ALIGNED:
-        mag, v_al = _rtne_aligned(a, EMIN, MBITS)
+        if MODE == 4:
+            mag, v_al = _sr16_aligned(a, u, EMIN, MBITS)
+        else:
+            mag, v_al = _rtne_aligned(a, EMIN, MBITS)
         val = v_al * (2.0 ** (126 + EMIN))
     else:
         mag, val = _round_elem(a, u, EMIN, MBITS, FIXED, MODE, GMAX)
@@ -403,7 +440,8 @@ def _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN: tl.constexpr, MBITS: tl.c
             codes = tl.umulhi(w, k).to(tl.int32, bitcast=True)
         else:
             codes = tl.where(bad_elem, 0, mag | ((qb >> (32 - BITS)) & (1 << (BITS - 1))))
-        val = (val.to(tl.int32, bitcast=True) | (qb & -2147483648)).to(tl.float32, bitcast=True)
+        if SIGNED:
+            val = (val.to(tl.int32, bitcast=True) | (qb & -2147483648)).to(tl.float32, bitcast=True)
     if TWOS:
         codes = tl.where(bad_elem, 0, codes)
     if UNSCALED:

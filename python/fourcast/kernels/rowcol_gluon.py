@@ -188,12 +188,13 @@ def _abs_max16(v, AXIS: gl.constexpr):
 @gluon.jit
 def _quant(y, sb_mult, sb_sv, sb_bad, ts, u, AXIS: gl.constexpr, EMIN: gl.constexpr, MBITS: gl.constexpr,
            FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, MODE: gl.constexpr,
-           CODES: gl.constexpr):
+           CODES: gl.constexpr, SIGNED: gl.constexpr):
     """(4-bit codes, unscaled x_hat) of y given its blocks' multipliers, decoded scales and
     non-finite flags (reduced along AXIS, broadcast back here): round-to-nearest-even (MODE
-    0) or "sr16" (MODE 4, u: each element's byte); CODES: the codes are written."""
+    0) or "sr16" (MODE 4, u: each element's byte); CODES: the codes are written; SIGNED
+    False: x_hat's magnitude (_signed_words puts the signs back)."""
     return _quant_elems(y, gl.expand_dims(sb_mult, AXIS), gl.expand_dims(sb_sv, AXIS), gl.expand_dims(sb_bad, AXIS),
-                        ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, True, CODES)
+                        ts, u, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, True, CODES, SIGNED)
 
 
 @gluon.jit
@@ -206,6 +207,14 @@ def _word(lo, hi, DTYPE: gl.constexpr):
     else:
         return gl.inline_asm_elementwise("cvt.rn.f16x2.f32 $0, $1, $2;", "=r,f,f", [hi, lo], dtype=gl.int32,
                                          is_pure=True, pack=1)
+
+
+@gluon.jit
+def _signed_words(lo, hi, words, DTYPE: gl.constexpr):
+    """_word of two x_hat magnitudes with the signs of the input words they came from (bf16
+    pairs in the same order): one LOP3 a word where a sign on each value took two. x_hat's
+    sign is y's (the block multiplier is not negative), -0.0 included."""
+    return _word(lo, hi, DTYPE) | (words & -2147450880)  # 0x80008000: both halves' sign bits
 
 
 @gluon.jit
@@ -236,18 +245,21 @@ def _group_bytes(seed, counter, n, AXIS: gl.constexpr):
 @gluon.jit
 def _quant_pair(a, b, sb_mult, sb_sv, sb_bad, ts, seed, counter, n, AXIS: gl.constexpr, EMIN: gl.constexpr,
                 MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr,
-                GMAX: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr, CODES: gl.constexpr):
+                GMAX: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr, CODES: gl.constexpr,
+                SIGNED: gl.constexpr = True):
     """_quant of two elements that share a code byte (a in its low nibble): the byte and
     both x_hat. With "sr16" (MODE 4) they are members n and n + 1 of their block (B).
-    CODES: the byte is written (else x_hat)."""
+    CODES: the byte is written (else x_hat); SIGNED False: x_hat's magnitudes."""
     if MODE == 4:
         u_a = _sr16_bytes(seed, counter, n, AXIS, B)
         u_b = _sr16_bytes(seed, counter, n + 1, AXIS, B)
     else:
         u_a = a
         u_b = b
-    c_a, x_a = _quant(a, sb_mult, sb_sv, sb_bad, ts, u_a, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, CODES)
-    c_b, x_b = _quant(b, sb_mult, sb_sv, sb_bad, ts, u_b, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, CODES)
+    c_a, x_a = _quant(a, sb_mult, sb_sv, sb_bad, ts, u_a, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, CODES,
+                      SIGNED)
+    c_b, x_b = _quant(b, sb_mult, sb_sv, sb_bad, ts, u_b, AXIS, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, MODE, CODES,
+                      SIGNED)
     return (c_a + (c_b << 4)).to(gl.uint8), x_a, x_b  # disjoint nibbles: an add is one LEA
 
 
@@ -302,14 +314,15 @@ def _abs_max_col(ye, yo):
 def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr,
               TWOS: gl.constexpr, BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
               RULE: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr, S_GMAX: gl.constexpr,
-              S_MIN: gl.constexpr, NANB: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr, CODES: gl.constexpr):
+              S_MIN: gl.constexpr, NANB: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr, CODES: gl.constexpr,
+              SIGNED: gl.constexpr):
     """One element column of the column copy ([column block, row pair in block, word column]:
     ye its rows 2i, yo its rows 2i + 1; bmax its blocks' amax bits): (code bytes of the row
     pairs, scale bytes, x_hat of ye, x_hat of yo). Row 2p (+1) of a block is member 2p (+1) of its "sr16" group."""
     sb, mult, sv, bad = _block_scales(bmax, s_c, p_c, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
                                       NANB)
     codes, x_e, x_o = _quant_pair(ye, yo, mult, sv, bad, s_c, seed, counter, 2 * p, 1, EMIN, MBITS, FIXED, TWOS,
-                                  BITS, GMAX, MODE, B, CODES)
+                                  BITS, GMAX, MODE, B, CODES, SIGNED)
     return codes, sb.to(gl.uint8), x_e, x_o
 
 
@@ -345,6 +358,9 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE and RN_C == 0), "a row RHT is one block in one lane")
     SPLIT_AMAX: gl.constexpr = RN_R > 0 or RN_C > 0  # the copies' amaxes differ
+    # a decoded copy of unrotated bf16 takes its x_hat words' signs from the input words
+    WORD_SIGNS_R: gl.constexpr = XHAT_R_ON and RN_R == 0 and not F32
+    WORD_SIGNS_C: gl.constexpr = XHAT_C_ON and RN_C == 0 and not F32
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = B // 2
@@ -402,10 +418,14 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             # word k of a block holds its members 2k and 2k + 1 ("sr16": B / 16 groups a block)
             counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 * (B // 16) + offset_r
             codes, x_lo, x_hi = _quant_pair(lo, hi, mult, sv, bad, s_r, seed, counter, 2 * k, 2, EMIN, MBITS, FIXED,
-                                            TWOS, BITS, GMAX, MODE_R, B, not XHAT_R_ON)
+                                            TWOS, BITS, GMAX, MODE_R, B, not XHAT_R_ON, not WORD_SIGNS_R)
             if XHAT_R_ON:
                 XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
-                gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, _word(x_lo, x_hi, XHAT_R.dtype.element_ty))
+                if WORD_SIGNS_R:
+                    xw = _signed_words(x_lo, x_hi, v, XHAT_R.dtype.element_ty)
+                else:
+                    xw = _word(x_lo, x_hi, XHAT_R.dtype.element_ty)
+                gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, xw)
             else:
                 gl.store(CODES_R + (2 * (r0 + i) + half) * (C // 2) + w, codes)
                 gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // B) + g2, sb.to(gl.uint8))
@@ -440,14 +460,18 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j * (B // 16) + offset_c
         b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS,
                                              BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB,
-                                             MODE_C, B, not XHAT_C_ON)
+                                             MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
         b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
                                              TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
-                                             NANB, MODE_C, B, not XHAT_C_ON)
+                                             NANB, MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
         if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
             XC_OUT = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
-            we = _word(xe_lo, xe_hi, XHAT_C.dtype.element_ty)
-            wo = _word(xo_lo, xo_hi, XHAT_C.dtype.element_ty)
+            if WORD_SIGNS_C:  # a row pair's x_hat words sit where its input words do
+                we = _signed_words(xe_lo, xe_hi, ec, XHAT_C.dtype.element_ty)
+                wo = _signed_words(xo_lo, xo_hi, oc, XHAT_C.dtype.element_ty)
+            else:
+                we = _word(xe_lo, xe_hi, XHAT_C.dtype.element_ty)
+                wo = _word(xo_lo, xo_hi, XHAT_C.dtype.element_ty)
             we = gl.convert_layout(gl.reshape(gl.reshape(we, [H, W]), [H, W // WB, WB]), LR)
             wo = gl.convert_layout(gl.reshape(gl.reshape(wo, [H, W]), [H, W // WB, WB]), LR)
             gl.store(XC_OUT + (2 * (r0 + i)) * (C // 2) + w, we)
