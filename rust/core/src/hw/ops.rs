@@ -433,20 +433,20 @@ fn emulated_quant_s(
                 && outs.len() == 2
                 && outs[0].rht == 0
                 && matches!(outs[1].rht, 0 | 16);
-            let amax_s = match (gluon_amax, outs.last().map_or(0, |o| o.rht)) {
-                (false, _) => amax_pass_s,
-                (true, 16) => amax_pass_s * e.gluon_amax_rht_time_factor,
-                (true, _) => amax_pass_s * e.gluon_amax_time_factor,
-            };
             // An f32 input's pass reads twice the bytes: its measured ratio to a bf16 input's
             // pass, per kernel and rotation (kernels-h200.md session 19, call 3, five shapes).
-            let amax_s = amax_s
-                * match (written.bf16_in, gluon_amax, rotated > 0.0) {
-                    (true, _, _) => 1.0,
+            // With the Gluon pass the rotated copy is the column's (a column RHT of 16).
+            let amax_s = amax_pass_s
+                * match (gluon_amax, rotated > 0.0, written.bf16_in) {
+                    (false, _, true) => 1.0,
                     (false, false, false) => e.amax_f32_time_factor,
-                    (false, false, true) => e.amax_rht_f32_time_factor,
-                    (false, true, false) => e.gluon_amax_f32_time_factor,
-                    (false, true, true) => e.gluon_amax_rht_f32_time_factor,
+                    (false, true, false) => e.amax_rht_f32_time_factor,
+                    (true, false, true) => e.gluon_amax_time_factor,
+                    (true, true, true) => e.gluon_amax_rht_time_factor,
+                    (true, false, false) => e.gluon_amax_time_factor * e.gluon_amax_f32_time_factor,
+                    (true, true, false) => {
+                        e.gluon_amax_rht_time_factor * e.gluon_amax_rht_f32_time_factor
+                    }
                 };
             Ok(Some(if on_gluon {
                 e.call_s + amax_s + gluon_factor * (strip_s - e.call_s - amax_pass_s)
