@@ -47,38 +47,39 @@ def rowcol_gluon():
         dy_call = ((False, False), (True, True))
         s16 = ref.rht_signs(16, "te").to(DEV)
         s32 = ref.rht_signs(32, "per-layer", 1).to(DEV)
-        calls = (("row+col nvfp4 delayed (codes)", nv, "rtne", packed, 2, False, 0, lambda: qk.quantize_rowcol(
-                     x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)),
-                 ("row+col mxfp4 (codes)", mx, "rtne", packed, 2, False, 0, lambda: qk.quantize_rowcol(
+        calls = (("row+col nvfp4 delayed (codes)", nv, ("rtne", "rtne"), packed, 2, False, (0, 0),
+                  lambda: qk.quantize_rowcol(x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)),
+                 ("row+col mxfp4 (codes)", mx, ("rtne", "rtne"), packed, 2, False, (0, 0), lambda: qk.quantize_rowcol(
                      x, mx, mx, "rtne", "rtne", 0, 0, None, None)),
-                 ("X: decoded row + packed col, ue5m3 delayed", ue, "rtne", x_call, (1, 1), None, 0,
+                 ("X: decoded row + packed col, ue5m3 delayed", ue, ("rtne", "rtne"), x_call, (1, 1), None, (0, 0),
                   lambda: ops.rowcol_operands(x, ue, tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))),
-                 ("dY: decoded row + col, ue5m3 delayed, SR16", ue, "sr16", dy_call, 2, True, 0,
+                 ("dY: decoded row + col, ue5m3 delayed, SR16", ue, ("sr16", "sr16"), dy_call, 2, True, (0, 0),
                   lambda: ops.rowcol_operands(x, ue, rounding="sr16", seed=1, tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "decoded"))),
-                 ("row+col nvfp4, col RHT16+SR16 (TE dY, codes)", nv, "sr16", packed, 2, False, 16,
-                  lambda: qk.quantize_rowcol(x, nv, nv, "sr16", "sr16", 0, 0, None, (16, s16), amax, amax)),
-                 ("dY nvfp4: decoded row + col, col RHT16+SR16 (TE dY)", nv, "sr16", dy_call, 2, True, 16,
+                 ("row+col nvfp4, col RHT16+SR16 (TE dY, codes)", nv, ("sr16", "sr16"), packed, 2, False,
+                  (0, 16), lambda: qk.quantize_rowcol(x, nv, nv, "sr16", "sr16", 0, 0, None, (16, s16), amax, amax)),
+                 ("dY nvfp4: decoded row + col, col RHT16+SR16 (TE dY)", nv, ("sr16", "sr16"), dy_call, 2, True,
+                  (0, 16),
                   lambda: ops.rowcol_operands(x, nv, rounding="sr16", seed=1, rht_col=(16, s16), tensor_amax=amax,
                                               tensor_amax_col=amax, outputs=("decoded", "decoded"))),
                  ("X mxfp4: RHT32 decoded row + SR16 packed col", mx, ("rtne", "sr16"), x_call, (1, 1), None,
                   (32, 0), lambda: ops.rowcol_operands(x, mx, rounding="rtne", rounding_col="sr16", seed=1,
                                                        rht=(32, s32), outputs=("decoded", "packed"))),
-                 ("dY mxfp4: decoded row + col, SR16", mx, "sr16", dy_call, 2, True, 0,
+                 ("dY mxfp4: decoded row + col, SR16", mx, ("sr16", "sr16"), dy_call, 2, True, (0, 0),
                   lambda: ops.rowcol_operands(x, mx, rounding="sr16", seed=1, outputs=("decoded", "decoded"))),
-                 ("X f32: decoded row + packed col, ue5m3 delayed", ue, "rtne", x_call, (1, 1), None, 0,
+                 ("X f32: decoded row + packed col, ue5m3 delayed", ue, ("rtne", "rtne"), x_call, (1, 1), None, (0, 0),
                   lambda: ops.rowcol_operands(x32, ue, tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))),
-                 ("X nvfp4 f32: decoded row + packed col RHT16", nv, "rtne", x_call, (1, 1), None, 16,
+                 ("X nvfp4 f32: decoded row + packed col RHT16", nv, ("rtne", "rtne"), x_call, (1, 1), None, (0, 16),
                   lambda: ops.rowcol_operands(x32, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))),
-                 ("X nvfp4: decoded row + packed col RHT16", nv, "rtne", x_call, (1, 1), None, 16,
+                 ("X nvfp4: decoded row + packed col RHT16", nv, ("rtne", "rtne"), x_call, (1, 1), None, (0, 16),
                   lambda: ops.rowcol_operands(x, nv, rht_col=(16, s16), tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))))
-        for name, f, rounding, (codes_on, xhat_on), copies, xhat, rht, fn in calls:
-            rounding_r, rounding_c = (rounding, rounding) if isinstance(rounding, str) else rounding
-            rht = (0, rht) if isinstance(rht, int) else rht  # (row, column) RHT sizes
+        # each call: name, format, (row, column) roundings, (codes, x_hat) per copy, copies,
+        # x_hat written, (row, column) RHT sizes, the call
+        for name, f, (rounding_r, rounding_c), (codes_on, xhat_on), copies, xhat, rht, fn in calls:
             if ARGS.variants and not name.startswith(tuple(ARGS.variants.split(","))):
                 continue
             src = x32 if " f32" in name else x
