@@ -37,8 +37,16 @@ with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
     f.flush()
     res = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name], capture_output=True, text=True,
                          check=True).stdout
+    sass = subprocess.run([os.path.join(bin_dir, "nvdisasm"), "-c", f.name], capture_output=True, text=True,
+                          check=True).stdout
+ops = [l.split("*/", 1)[1].strip() for l in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", l)]
+ops = [re.sub(r"^@!?U?P\w+\s+", "", o) for o in ops]  # predicates off
 ptx = k.asm["ptx"]
 print(json.dumps(dict(local=int(re.search(r"LOCAL:(\d+)", res).group(1)), shared=k.metadata.shared,
+                      sass=len(ops), viaddmnmx=sum(o.startswith("VIADDMNMX") for o in ops),
+                      imad_hi=sum(o.startswith("IMAD.HI") for o in ops),
+                      conversions=sum(o.startswith(("F2I", "I2F")) for o in ops),
+                      mul_rp=ptx.count("mul.rp.f32"),
                       ld_v4=len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)),
                       ld_v2_b64=len(re.findall(r"ld\.global(?:\.\w+)*\.v2\.b64", ptx)),
                       ld_shared=len(re.findall(r"ld\.shared", ptx)),
@@ -134,6 +142,24 @@ def test_sr16_dy_call_compiles_without_spills():
     k = _compiled("ue5m3", rg.CONFIG, xhat=True, xhat_c=True, mode=4, seed_ptr=True)
     assert k["local"] == 0
     assert k["st_v4"] == 2 * iters * bm * bk // (32 * warps) // 8
+
+
+@pytest.mark.parametrize("fmt,kw", [("nvfp4", {}), ("mxfp4", {}), ("ue5m3", dict(xhat=True)),
+                                    ("ue5m3", dict(xhat=True, xhat_c=True, mode=4)),
+                                    ("nvfp4", dict(xhat=True, xhat_c=True, mode=4, rn_c=16))])
+def test_short_arithmetic_reaches_the_sass(fmt, kw):
+    """Session 21's forms compile to what they are for (quantize._add_max, _sr16_aligned):
+    an element's big' of RTNE codes one VIADDMNMX (both copies codes: two an element), and
+    "sr16" one mul.rp an element and no F2I or I2F; no conversion anywhere."""
+    cfg = rg.CONFIG
+    k = _compiled(fmt, cfg, **kw)
+    per_thread = cfg.iters * cfg.bm * cfg.bk // (32 * cfg.warps)
+    assert k["conversions"] == 0 and k["local"] == 0
+    codes = 2 - kw.get("xhat", False) - kw.get("xhat_c", False)  # copies written as codes
+    if kw.get("mode") == 4:
+        assert k["mul_rp"] == 2 * per_thread
+    else:
+        assert k["mul_rp"] == 0 and k["viaddmnmx"] >= codes * per_thread
 
 
 def test_config_for_takes_two_row_tiles_only_where_measured_faster():
