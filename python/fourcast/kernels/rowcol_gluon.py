@@ -358,9 +358,10 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE and RN_C == 0), "a row RHT is one block in one lane")
     SPLIT_AMAX: gl.constexpr = RN_R > 0 or RN_C > 0  # the copies' amaxes differ
-    # a decoded copy of unrotated bf16 takes its x_hat words' signs from the input words
-    WORD_SIGNS_R: gl.constexpr = XHAT_R_ON and RN_R == 0 and not F32
-    WORD_SIGNS_C: gl.constexpr = XHAT_C_ON and RN_C == 0 and not F32
+    # a decoded copy of unrotated bf16 takes its x_hat words' signs from the input words (a
+    # sign-magnitude grid: two's complement decodes a negative value's zero as +0)
+    WORD_SIGNS_R: gl.constexpr = XHAT_R_ON and RN_R == 0 and not F32 and not TWOS
+    WORD_SIGNS_C: gl.constexpr = XHAT_C_ON and RN_C == 0 and not F32 and not TWOS
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = B // 2
