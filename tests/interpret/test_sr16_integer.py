@@ -17,13 +17,13 @@ pytestmark = pytest.mark.interpret
 
 @triton.jit
 def _both_forms_kernel(A, BYTES, CODE_I, VAL_I, CODE_F, VAL_F, N, EMIN: tl.constexpr, MBITS: tl.constexpr,
-                       FIXED: tl.constexpr, GMAX: tl.constexpr, BLOCK: tl.constexpr):
+                       FIXED: tl.constexpr, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < N
     a = tl.load(A + i, mask=ok, other=0.0)
     byte = tl.load(BYTES + i, mask=ok, other=0)
-    code_i, val_i = qk._round_elem(a, byte, EMIN, MBITS, FIXED, 4, GMAX)
-    code_f, val_f = qk._round_elem(a, (byte.to(tl.float32) + 0.5) * (1.0 / 256.0), EMIN, MBITS, FIXED, 2, GMAX)
+    code_i, val_i = qk._round_elem(a, byte, EMIN, MBITS, FIXED, 4)
+    code_f, val_f = qk._round_elem(a, (byte.to(tl.float32) + 0.5) * (1.0 / 256.0), EMIN, MBITS, FIXED, 2)
     tl.store(CODE_I + i, code_i, mask=ok)
     tl.store(VAL_I + i, val_i, mask=ok)
     tl.store(CODE_F + i, code_f, mask=ok)
@@ -80,7 +80,7 @@ def test_integer_sr16_equals_float_sr16(element, fmt):
     n = a.numel()
     out = [torch.empty(n, dtype=d) for d in (torch.int32, torch.float32, torch.int32, torch.float32)]
     _both_forms_kernel[(triton.cdiv(n, 1024),)](a, byte, *out, n, EMIN=c["EMIN"], MBITS=c["MBITS"],
-                                                FIXED=c["FIXED"], GMAX=c["GMAX"], BLOCK=1024)
+                                                FIXED=c["FIXED"], BLOCK=1024)
     code_i, val_i, code_f, val_f = out
     assert torch.equal(code_i, code_f), element
     assert torch.equal(val_i.view(torch.int32), val_f.view(torch.int32)), element

@@ -153,8 +153,7 @@ def _round_grid(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constex
 
 
 @triton.jit
-def _round_elem(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, MODE: tl.constexpr,
-                GMAX: tl.constexpr = 0.0):
+def _round_elem(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, MODE: tl.constexpr):
     """_round_grid for magnitudes 0 <= a <= gmax, RTNE in 4 instructions to the value and
     SR in ~15 instead of ~40 (the same bits: every operation below is exact or the single
     rounding the grid defines).
@@ -169,7 +168,7 @@ def _round_elem(a, u, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constex
     and integer grids), then step up where u * step < the remainder.
     SR16 (MODE 4; u: the byte b of u = (b + 0.5) / 256, see _round_sr16): in integers."""
     if MODE == 4:
-        return _round_sr16(a, u, EMIN, MBITS, FIXED, GMAX)
+        return _round_sr16(a, u, EMIN, MBITS, FIXED)
     if MODE == 1:
         return _round_grid(a, u, EMIN, MBITS, FIXED, MODE)
     if MODE == 0:
@@ -222,7 +221,7 @@ def _rtne_aligned(a, EMIN: tl.constexpr, MBITS: tl.constexpr):
 
 
 @triton.jit
-def _round_sr16(a, byte, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr, GMAX: tl.constexpr):
+def _round_sr16(a, byte, EMIN: tl.constexpr, MBITS: tl.constexpr, FIXED: tl.constexpr):
     """_round_elem's SR for u = (byte + 0.5) / 256 = t / 512, t = 2 byte + 1, in integers:
     the float form's bits (tests/interpret/test_sr16_integer.py, at every threshold), with
     no float uniform and no float compare. The issue-bound dY call (sr16, both copies):
@@ -422,7 +421,7 @@ def _quant_elems(y, mult, sval, bad_elem, ts, u, EMIN: tl.constexpr, MBITS: tl.c
             mag, v_al = _rtne_aligned(a, EMIN, MBITS)
         val = v_al * (2.0 ** (126 + EMIN))
     else:
-        mag, val = _round_elem(a, u, EMIN, MBITS, FIXED, MODE, GMAX)
+        mag, val = _round_elem(a, u, EMIN, MBITS, FIXED, MODE)
     qb = q.to(tl.int32, bitcast=True)
     if TWOS:  # two's complement has no -0: the decoded zero is +0
         neg = qb < 0
