@@ -127,15 +127,58 @@ def _io_rowcol_gluon_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: g
     gl.store(SCALES_C + (2 * wt + 1) * (R // 16) + j, (s >> 16).to(gl.uint8))
 
 
+@gluon.jit
+def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
+                                    NW: gl.constexpr, COL_DECODED: gl.constexpr):
+    """_io_rowcol_gluon_kernel's floor for the decoded calls: the row copy decoded (its x_hat
+    words in x's orientation, here the input words themselves), the column copy packed (the X
+    call) or, COL_DECODED, decoded too (the dY call: its words moved to the column layout and
+    back, as rowcol_gluon's second conversion, then stored in x's orientation)."""
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    LR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [NW, 1], [1, 0])
+    LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])
+    LT: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
+    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    i = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LR))[:, None]
+    w = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
+    e = gl.load(XW + (2 * i) * (C // 2) + w)
+    o = gl.load(XW + (2 * i + 1) * (C // 2) + w)
+    XR = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
+    gl.store(XR + (2 * i) * (C // 2) + w, e)
+    gl.store(XR + (2 * i + 1) * (C // 2) + w, o)
+    ec = gl.convert_layout(e, LC)
+    oc = gl.convert_layout(o, LC)
+    if COL_DECODED:
+        XCW = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
+        gl.store(XCW + (2 * i) * (C // 2) + w, gl.convert_layout(ec, LR))
+        gl.store(XCW + (2 * i + 1) * (C // 2) + w, gl.convert_layout(oc, LR))
+    else:
+        ic = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LC))[:, None]
+        wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LC))[None, :]
+        gl.store(CODES_C + (2 * wc) * (R // 2) + ic, _nibble_byte(ec, oc, 12))
+        gl.store(CODES_C + (2 * wc + 1) * (R // 2) + ic, _nibble_byte(ec, oc, 28))
+        j = pid_r * (BM // 16) + gl.arange(0, BM // 16, layout=gl.SliceLayout(1, LT))[:, None]
+        wt = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LT))[None, :]
+        s = gl.load(XW + (16 * j) * (C // 2) + wt)
+        gl.store(SCALES_C + (2 * wt) * (R // 16) + j, s.to(gl.uint8))
+        gl.store(SCALES_C + (2 * wt + 1) * (R // 16) + j, (s >> 16).to(gl.uint8))
+
+
 def _io_gluon_bytes_ok(x, cr, sr, cc, sc) -> bool:
     """_io_rowcol_gluon_kernel's stand-in bytes, from x in torch: code nibbles are bits 12-15
     of each element; scale bytes the low byte of the block's first element."""
+    return _io_gluon_copy_ok(x, cr, sr) and _io_gluon_copy_ok(x.t(), cc, sc)
+
+
+def _io_gluon_copy_ok(x, codes, scales) -> bool:
+    """One copy's stand-in bytes (x transposed for the column copy)."""
     bits = x.view(torch.int16).to(torch.int32) & 0xFFFF
     nib, low = (bits >> 12) & 0xF, bits & 0xFF
-    t, lt = nib.t(), low.t()
-    return bool(torch.equal(cr, (nib[:, 0::2] | nib[:, 1::2] << 4).to(torch.uint8))
-                and torch.equal(cc, (t[:, 0::2] | t[:, 1::2] << 4).to(torch.uint8))
-                and torch.equal(sr, low[:, 0::16].to(torch.uint8)) and torch.equal(sc, lt[:, 0::16].to(torch.uint8)))
+    return bool(torch.equal(codes, (nib[:, 0::2] | nib[:, 1::2] << 4).to(torch.uint8))
+                and torch.equal(scales, low[:, 0::16].to(torch.uint8)))
 
 
 IO_TILES = ((64, 64, 8), (64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8), (32, 128, 4), (256, 64, 8),
@@ -157,6 +200,7 @@ def io_floors():
         sr = torch.empty((r, c // 16), dtype=torch.uint8, device=DEV)
         cc = torch.empty((c, r // 2), dtype=torch.uint8, device=DEV)
         sc = torch.empty((c, r // 16), dtype=torch.uint8, device=DEV)
+        xr, xc = torch.empty_like(x), torch.empty_like(x)  # the decoded calls' x_hat, in x's orientation
         for (bm, bk, w) in IO_TILES:
             grid = (r // bm, c // bk)
             runs = (("row", 1, lambda: _io_floor_kernel[grid](x, cr, sr, r, c, BM=bm, BK=bk, num_warps=w)),
@@ -166,12 +210,24 @@ def io_floors():
                         x, cr, sr, cc, sc, r, c, BM=bm, BK=bk, num_warps=w)))
             if bk % 128 == 0 and bm % 64 == 0 and w in (4, 8):
                 runs += (("row+col gluon transpose", 2, lambda: _io_rowcol_gluon_kernel[grid](
-                    x, cr, sr, cc, sc, r, c, BM=bm, BK=bk, NW=w, num_warps=w)),)
+                    x, cr, sr, cc, sc, r, c, BM=bm, BK=bk, NW=w, num_warps=w)),
+                         ("X gluon: decoded row + packed col", (1, 1), lambda: _io_rowcol_gluon_decoded_kernel[grid](
+                             x, xr, cc, sc, xc, r, c, BM=bm, BK=bk, NW=w, COL_DECODED=False, num_warps=w)),
+                         ("dY gluon: decoded row + col", 2, lambda: _io_rowcol_gluon_decoded_kernel[grid](
+                             x, xr, cc, sc, xc, r, c, BM=bm, BK=bk, NW=w, COL_DECODED=True, num_warps=w)))
             for name, copies, fn in runs:
                 if left() < 20:
                     return
-                time_quantizer(f"io floor {name} {bm}x{bk} {w} warps", (r, c), copies, False, fn, tile=[bm, bk, w])
+                xhat = None if name.startswith("X ") else name.startswith("dY ")
+                time_quantizer(f"io floor {name} {bm}x{bk} {w} warps", (r, c), copies, xhat, fn, tile=[bm, bk, w])
                 if name == "row+col gluon transpose":
                     RES["checks"].append(dict(what=f"io floor gluon {bm}x{bk} {w} warps {r}x{c}: every byte where it "
                                               "belongs", ok=_io_gluon_bytes_ok(x, cr, sr, cc, sc)))
+                elif name.startswith(("X gluon", "dY gluon")):
+                    for t in (xr, xc, cc, sc):
+                        t.zero_()
+                    fn()
+                    col_ok = torch.equal(xc, x) if name.startswith("dY") else _io_gluon_copy_ok(x.t(), cc, sc)
+                    RES["checks"].append(dict(what=f"io floor {name} {bm}x{bk} {w} warps {r}x{c}: every word and "
+                                              "byte where it belongs", ok=bool(torch.equal(xr, x) and col_ok)))
         save()
