@@ -97,7 +97,6 @@ def _io_rowcol_gluon_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: g
     LR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [NW, 1], [1, 0])  # rows: 16-byte loads along a row
     LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])  # columns: 4 row pairs a thread
     LS: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [NW, 1], [1, 0])
-    LT: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
     pid_r = gl.program_id(0)
     pid_c = gl.program_id(1)
     XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
@@ -114,8 +113,20 @@ def _io_rowcol_gluon_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: g
     gl.store(SCALES_R + (2 * i_s + 1) * (C // 16) + g, gl.load(XW + (2 * i_s + 1) * (C // 2) + 8 * g).to(gl.uint8))
     # column copy: the same words with row pairs along each thread (a transpose through shared
     # memory that gl.convert_layout makes), then bytes of element columns 2w and 2w + 1
-    ec = gl.convert_layout(e, LC)
-    oc = gl.convert_layout(o, LC)
+    _io_store_col(gl.convert_layout(e, LC), gl.convert_layout(o, LC), XW, CODES_C, SCALES_C, R, C, BM, BK, NW)
+
+
+@gluon.jit
+def _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr):
+    """The column copy's stand-in bytes from a tile's words in the column layout (4 row pairs
+    of a word column a thread): code bytes of element columns 2w and 2w + 1, 4 a thread and 32
+    a column per warp; scale bytes from stand-in loads."""
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])
+    LT: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
     ic = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LC))[:, None]
     wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LC))[None, :]
     gl.store(CODES_C + (2 * wc) * (R // 2) + ic, _nibble_byte(ec, oc, 12))
@@ -138,7 +149,6 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
     W: gl.constexpr = BK // 2
     LR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [NW, 1], [1, 0])
     LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])
-    LT: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
     pid_r = gl.program_id(0)
     pid_c = gl.program_id(1)
     XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
@@ -156,15 +166,7 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
         gl.store(XCW + (2 * i) * (C // 2) + w, gl.convert_layout(ec, LR))
         gl.store(XCW + (2 * i + 1) * (C // 2) + w, gl.convert_layout(oc, LR))
     else:
-        ic = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LC))[:, None]
-        wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LC))[None, :]
-        gl.store(CODES_C + (2 * wc) * (R // 2) + ic, _nibble_byte(ec, oc, 12))
-        gl.store(CODES_C + (2 * wc + 1) * (R // 2) + ic, _nibble_byte(ec, oc, 28))
-        j = pid_r * (BM // 16) + gl.arange(0, BM // 16, layout=gl.SliceLayout(1, LT))[:, None]
-        wt = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LT))[None, :]
-        s = gl.load(XW + (16 * j) * (C // 2) + wt)
-        gl.store(SCALES_C + (2 * wt) * (R // 16) + j, s.to(gl.uint8))
-        gl.store(SCALES_C + (2 * wt + 1) * (R // 16) + j, (s >> 16).to(gl.uint8))
+        _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, BM, BK, NW)
 
 
 def _io_gluon_bytes_ok(x, cr, sr, cc, sc) -> bool:
