@@ -69,7 +69,7 @@ def one_layout(fmt: str, rounding: str, rht: int, write_codes=True, write_xhat=F
     c = qk._constexprs(spec, rounding)
     c.update(PASS=1, FUSE_AMAX=False, WRITE_CODES=write_codes, WRITE_XHAT=write_xhat, WRITE_ROT=False,
              RHT_N=rht, LOG2N=rht.bit_length() - 1 if rht else 0, RHT_IMPL=0, DOT_BF16=False, RNE_BF16=False,
-             RHT_NORM=qk.rht_norm(rht), BM=bm, BK=bk, s_k=1, UNSCALED=False)
+             RHT_NORM=qk.rht_norm(rht), BM=bm, BK=bk, s_k=1, UNSCALED=False, SEED_PTR=False)
     if fast is not None:
         c["FAST"] = fast
     sig = dict(PTRS, **SCALARS, **{k: "constexpr" for k in c})
@@ -84,7 +84,8 @@ def rowcol(fmt: str, rounding: str, write_codes=True, write_xhat=False) -> dict:
     c = qk._constexprs(spec, rounding)
     mode = c.pop("MODE")
     c.update(MODE_R=mode, MODE_C=mode, PASS=1, FUSE_AMAX=False, WRITE_CODES=write_codes, WRITE_XHAT=write_xhat,
-             RN_R=0, LOG2N_R=0, RN_C=0, LOG2N_C=0, RNE_BF16=False, NORM_R=1.0, NORM_C=1.0, BR=br, BC=bc, UNSCALED=False)
+             RN_R=0, LOG2N_R=0, RN_C=0, LOG2N_C=0, RNE_BF16=False, NORM_R=1.0, NORM_C=1.0, BR=br, BC=bc, UNSCALED=False,
+             SEED_PTR=False)
     sig = dict(RC_PTRS, **RC_SCALARS, **{k: "constexpr" for k in c})
     n = _count(_sass(qk._rowcol_kernel, sig, c, warps))
     return dict(kernel="rowcol", fmt=fmt, rounding=rounding, rht=0, xhat=write_xhat, instr=n,
@@ -113,7 +114,8 @@ def strip(fmt: str, rounding: str, codes=(True, True), xhat=(False, False), unsc
              XHAT_R_ON=xhat[0], CODES_C_ON=codes[1], XHAT_C_ON=xhat[1], UNSCALED=unscaled, RN_R=rn_r,
              LOG2N_R=rn_r.bit_length() - 1 if rn_r else 0, NORM_R=qk.rht_norm(rn_r),
              RN_C=rn_c, LOG2N_C=rn_c.bit_length() - 1 if rn_c else 0, NORM_C=qk.rht_norm(rn_c), RNE_BF16=False,
-             BR=br, BC=bc, SEED_PTR=False, ITERS=1)  # ITERS 1: the count is one tile's work
+             BR=br, BC=bc, SEED_PTR=False, ITERS=1,
+             GATHER_C=True)  # ITERS 1: the count is one tile's work
     sig = dict(RC_PTRS, R="i32", C="i32", seed="i64", offset_r="i64", offset_c="i64", **{k: "constexpr" for k in c})
     sass = _sass(sk._strip_kernel, sig, c, warps)
     n, elems = _count(sass), br * bc / (32 * warps)
