@@ -76,7 +76,7 @@ def test_short_rtne_forms_equal_the_textbook_form_and_the_reference(element, fmt
     if not c["FIXED"]:
         bad = (code_al != code_ref).nonzero().flatten()[:5].tolist()
         assert not bad, (f"{element}: _rtne_aligned's codes differ at a = {a[bad].tolist()} (an interpreter whose "
-                         "tl.fma rounds twice, Triton < 3.9, gives this)")
+                         "tl.fma rounds twice, as Triton 3.6's does, gives this)")
         assert torch.equal(val_al.view(torch.int32), val_ref.view(torch.int32)), element
     # the ties are there, and ties to even send them both ways
     assert (val_ref[mid] > a[mid]).any() and (val_ref[mid] < a[mid]).any()

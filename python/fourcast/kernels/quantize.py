@@ -210,8 +210,8 @@ def _rtne_aligned(a, EMIN: tl.constexpr, MBITS: tl.constexpr):
     a * 2^K + big' rounds the exact a * 2^K (an f32 subnormal below 2^EMIN) once, to the
     grid step times 2^K = ulp(big'), to nearest even; subtracting big' is exact and leaves
     v * 2^K, whose bits are the code (see _round_elem). Needs a fused multiply-add that
-    rounds once with subnormal products: the GPU's FFMA, and the interpreter's from
-    Triton 3.9 (tests/interpret/test_rtne_forms.py checks it)."""
+    rounds once with subnormal products: the GPU's FFMA, and the interpreter's in Triton
+    3.9 (3.6's rounds twice; tests/interpret/test_rtne_forms.py checks it)."""
     K: tl.constexpr = -126 - EMIN
     D: tl.constexpr = (K + 23 - MBITS) << 23
     b = a.to(tl.int32, bitcast=True)
