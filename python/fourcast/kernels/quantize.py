@@ -269,6 +269,7 @@ def _mul_up(a, scale: tl.constexpr, EMIN: tl.constexpr):
         return tl.inline_asm_elementwise("mul.rp.f32 $0, $1, $2;", "=r,f,f", [a, _bcast(scale, a)], dtype=tl.int32,
                                          is_pure=True, pack=1)
     else:
+        # clamped: above 2^EMIN this branch is not taken, and its int32 must not overflow
         sub = tl.math.ceil(tl.minimum(a, 2.0 ** EMIN) * (2.0 ** (23 - EMIN))).to(tl.int32)
         return tl.where(a < 2.0 ** EMIN, sub, (a * scale).to(tl.int32, bitcast=True))
 

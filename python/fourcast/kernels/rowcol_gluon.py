@@ -246,7 +246,7 @@ def _group_bytes(seed, counter, n, AXIS: gl.constexpr):
 def _quant_pair(a, b, sb_mult, sb_sv, sb_bad, ts, seed, counter, n, AXIS: gl.constexpr, EMIN: gl.constexpr,
                 MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr,
                 GMAX: gl.constexpr, MODE: gl.constexpr, B: gl.constexpr, CODES: gl.constexpr,
-                SIGNED: gl.constexpr = True):
+                SIGNED: gl.constexpr):
     """_quant of two elements that share a code byte (a in its low nibble): the byte and
     both x_hat. With "sr16" (MODE 4) they are members n and n + 1 of their block (B).
     CODES: the byte is written (else x_hat); SIGNED False: x_hat's magnitudes."""
