@@ -5,11 +5,11 @@ checked against one process that sees the same global batch.
 Two torchrun launches run one after the other: bf16 DDP exactly as a user runs it (the CLI
 creates and destroys the process group), and ue5m3 DDP, bf16 FSDP2, ue5m3 FSDP2 one after
 the other in one process group the worker creates first (re-creating a destroyed group
-in one process can hang with torchrun's store); a launch whose rank aborts inside gloo
-(GLOO_ABORT, a torch-internal std::terminate seen only on a loaded machine) runs once more.
-This file is its own worker
+in one process can hang with torchrun's store). This file is its own worker
 (`python test_multiproc.py worker PLAN`), which also records, through a Python audit
-hook, every file each rank writes under the run folders.
+hook, every file each rank writes under the run folders, and ends as the `fourcast`
+command does (cli.exit_process: after gloo training, without interpreter finalization,
+where a gloo thread that takes the GIL aborts the process).
 
 Same global batch: a rank draws its windows from (seed, step, rank) (data.py), so rank 0
 and rank 1 together see different text from one process drawing twice as many windows.
@@ -113,24 +113,22 @@ def _worker(plan_path: str) -> int:
     rank = int(os.environ["RANK"])
     # Written after the hook's last use of `writes`; the log path is outside the runs.
     pathlib.Path(plan["log"].format(rank=rank)).write_text(json.dumps({"codes": codes, "writes": writes}))
-    if plan["preinit"]:  # the group's owner ends it: left to interpreter exit, gloo's threads
-        dist.destroy_process_group()  # can abort the process (std::terminate, seen under load)
+    if plan["preinit"]:
+        dist.destroy_process_group()
     return max(codes)
 
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "worker":
-    sys.exit(_worker(sys.argv[2]))
+    from fourcast.cli import exit_process
+
+    exit_process(_worker(sys.argv[2]))
 
 
 # ---------------------------------------------------------------- the tests
 
-import shutil  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
-GLOO_ABORT = "terminate called without an active exception"
-
 
 @pytest.fixture(scope="module")
 def text(shared_data, tmp_path_factory):
@@ -163,28 +161,16 @@ def launched(text, tmp_path_factory):
     runs = {(r, m): root / f"{r}-{m}" for r in RECIPES for m in MODES}
     first = {("bf16", "ddp"): runs[("bf16", "ddp")]}
     rest = {k: v for k, v in runs.items() if k not in first}
-    # One launch at a time: side by side, four ranks on a 2-core CI machine under load have
-    # aborted a rank inside gloo (std::terminate; sessions 14 and 16), nothing of fourcast's.
+    # One launch at a time: two ranks per core are enough load for a 2-core CI machine.
     launches = (("cli", first, False), ("rest", rest, True))
     for name, plan_runs, preinit in launches:
-        for attempt in (1, 2):
-            proc = _launch(root, name, plan_runs, text, preinit)
-            try:
-                out, _ = proc.communicate(timeout=240)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                pytest.fail(f"torchrun launch '{name}' ran past 240 s")
-            if proc.returncode == 0:
-                break
-            if attempt == 1 and GLOO_ABORT in out:
-                # Seen three times in about fifteen CI runs, each with a second job loading
-                # the 2-core machine (sessions 14, 16, 17): a rank's std::terminate inside
-                # torch's gloo threads, in runs that otherwise train normally. The launch runs
-                # again from clean folders, once; every check below is on the second run.
-                print(f"torchrun launch '{name}': a rank aborted inside gloo; launching it again")
-                for folder in plan_runs.values():
-                    shutil.rmtree(folder, ignore_errors=True)
-                continue
+        proc = _launch(root, name, plan_runs, text, preinit)
+        try:
+            out, _ = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"torchrun launch '{name}' ran past 240 s")
+        if proc.returncode != 0:
             pytest.fail(f"torchrun launch '{name}' failed ({proc.returncode}):\n{out[-6000:]}")
     logs = []
     for r in range(WORLD):

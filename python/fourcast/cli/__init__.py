@@ -4,7 +4,9 @@ error prints a one-line `Error: ...` (full traceback with --debug) and exits 2."
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import NoReturn
 
 import typer
 
@@ -68,3 +70,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+
+
+def console() -> NoReturn:
+    """The installed `fourcast` command and `python -m fourcast.cli`."""
+    exit_process(main())
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process with `code`; after training over gloo, without interpreter
+    finalization (os._exit after flushing stdout and stderr). torch leaves the gloo group's
+    worker threads running (train.loop._GLOO_USED says why), and one that frees a collective's
+    tensors while the interpreter finalizes aborts the process: a rank's core dump, from a
+    loaded 2-core machine after a run that had written everything, showed exactly that
+    (ProcessGroupGloo::runLoop -> ~AsyncAllgatherCoalescedWork -> take_gil -> pthread_exit
+    -> std::terminate)."""
+    loop = sys.modules.get("fourcast.train.loop")
+    if loop is not None and loop.gloo_used():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -1,5 +1,3 @@
-import sys
+from fourcast.cli import console
 
-from fourcast.cli import main
-
-sys.exit(main())
+console()

@@ -114,7 +114,21 @@ def _init_distributed(device_name: str) -> tuple[int, int, int, bool]:
     created = not dist.is_initialized()
     if created:
         dist.init_process_group("nccl" if use_cuda else "gloo")
+    if dist.get_backend() == "gloo":
+        _GLOO_USED[0] = True
     return dist.get_rank(), dist.get_world_size(), local_rank, created
+
+
+# torch keeps a gloo group's worker threads alive past destroy_process_group (DDP and FSDP2
+# keep references to the group; a plain torch DDP step leaves 10 of them), and such a thread
+# that takes the GIL to free a finished collective's tensors while the interpreter finalizes
+# aborts the process (std::terminate). cli.exit_process ends such a process without finalizing.
+_GLOO_USED = [False]
+
+
+def gloo_used() -> bool:
+    """Whether this process trained over a gloo process group (see _GLOO_USED)."""
+    return _GLOO_USED[0]
 
 
 def _wrap(model: torch.nn.Module, t: TrainConfig, device: torch.device, world: int) -> torch.nn.Module:
