@@ -210,11 +210,20 @@ def _word(lo, hi, DTYPE: gl.constexpr):
 
 
 @gluon.jit
-def _signed_words(lo, hi, words, DTYPE: gl.constexpr):
+def _signed_words(lo, hi, words, sign_mask, DTYPE: gl.constexpr):
     """_word of two x_hat magnitudes with the signs of the input words they came from (bf16
-    pairs in the same order): one LOP3 a word where a sign on each value took two. x_hat's
-    sign is y's (the block multiplier is not negative), -0.0 included."""
-    return _word(lo, hi, DTYPE) | (words & -2147450880)  # 0x80008000: both halves' sign bits
+    pairs in the same order), where sign_mask (_sign_mask) lets them through: one LOP3 a
+    word where a sign on each value took two. x_hat's sign is y's (the block multiplier is
+    not negative), -0.0 included; a non-finite block's x_hat is the decoded NaN scale's
+    positive NaN whatever y's sign, so its half of the mask is 0."""
+    return _word(lo, hi, DTYPE) | (words & sign_mask)
+
+
+@gluon.jit
+def _sign_mask(bad_lo, bad_hi):
+    """The input sign bits _signed_words keeps, per block: bit 15 (the lower element's) unless
+    its block is non-finite (bad_lo), bit 31 unless bad_hi. Per block, not per element."""
+    return gl.where(bad_lo, 0, 0x8000) | gl.where(bad_hi, 0, -2147483648)
 
 
 @gluon.jit
@@ -323,7 +332,7 @@ def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBIT
                                       NANB)
     codes, x_e, x_o = _quant_pair(ye, yo, mult, sv, bad, s_c, seed, counter, 2 * p, 1, EMIN, MBITS, FIXED, TWOS,
                                   BITS, GMAX, MODE, B, CODES, SIGNED)
-    return codes, sb.to(gl.uint8), x_e, x_o
+    return codes, sb.to(gl.uint8), x_e, x_o, bad
 
 
 @gluon.jit
@@ -422,8 +431,9 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                                             TWOS, BITS, GMAX, MODE_R, B, not XHAT_R_ON, not WORD_SIGNS_R)
             if XHAT_R_ON:
                 XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
-                if WORD_SIGNS_R:
-                    xw = _signed_words(x_lo, x_hi, v, XHAT_R.dtype.element_ty)
+                if WORD_SIGNS_R:  # a word's two elements share their row block
+                    xw = _signed_words(x_lo, x_hi, v, gl.expand_dims(_sign_mask(bad, bad), 2),
+                                       XHAT_R.dtype.element_ty)
                 else:
                     xw = _word(x_lo, x_hi, XHAT_R.dtype.element_ty)
                 gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, xw)
@@ -459,17 +469,18 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" groups are
         # its blocks' 16-row runs
         counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j * (B // 16) + offset_c
-        b_lo, s_lo, xe_lo, xo_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS,
+        b_lo, s_lo, xe_lo, xo_lo, bad_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS,
                                              BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB,
                                              MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
-        b_hi, s_hi, xe_hi, xo_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
+        b_hi, s_hi, xe_hi, xo_hi, bad_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
                                              TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
                                              NANB, MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
         if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
             XC_OUT = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
-            if WORD_SIGNS_C:  # a row pair's x_hat words sit where its input words do
-                we = _signed_words(xe_lo, xe_hi, ec, XHAT_C.dtype.element_ty)
-                wo = _signed_words(xo_lo, xo_hi, oc, XHAT_C.dtype.element_ty)
+            if WORD_SIGNS_C:  # a row pair's x_hat words sit where its input words do; a word's
+                mask = gl.expand_dims(_sign_mask(bad_lo, bad_hi), 1)  # halves: two column blocks
+                we = _signed_words(xe_lo, xe_hi, ec, mask, XHAT_C.dtype.element_ty)
+                wo = _signed_words(xo_lo, xo_hi, oc, mask, XHAT_C.dtype.element_ty)
             else:
                 we = _word(xe_lo, xe_hi, XHAT_C.dtype.element_ty)
                 wo = _word(xo_lo, xo_hi, XHAT_C.dtype.element_ty)
