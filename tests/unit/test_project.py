@@ -300,7 +300,7 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     rev17, rev18 = (project.project(mx, [], quant_rev=r) for r in (17, 18))
     assert rev18.h200_model_gpu["quantize"] < 0.85 * rev17.h200_model_gpu["quantize"]
     assert abs(rev18.h200_error_gpu["quantize"]) < 0.05 < abs(rev17.h200_error_gpu["quantize"])
-    # 19 (session 21's shorter RTNE codes) is priced as 18 until its kernels are timed
+    # 19 (session 21's shorter RTNE codes) is priced as 18 until a training run records it
     rev19 = project.project(mx, [], quant_rev=19)
     assert rev19.h200_model_gpu["quantize"] == rev18.h200_model_gpu["quantize"]
     with pytest.raises(ConfigError, match="quant_rev"):

@@ -191,8 +191,9 @@ fn emulation(hw: &Hw) -> Result<EmulCost> {
 const STRIP_ITERS: u32 = 4;
 
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
-/// absent. Revision 19 (session 21: RTNE codes in fewer instructions) is priced as 18 until
-/// its kernels are timed.
+/// absent. Revision 19 (session 21: RTNE codes in fewer instructions) is priced as 18: timed
+/// in session 22 at 0.83-0.98 of 18's time (kernels-h200.md), its factor waits for a training
+/// run that records it.
 pub const QUANT_REV: u32 = 19;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
