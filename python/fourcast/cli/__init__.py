@@ -70,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-
-
 def console() -> NoReturn:
     """The installed `fourcast` command and `python -m fourcast.cli`."""
     exit_process(main())
@@ -85,7 +83,7 @@ def exit_process(code: int) -> NoReturn:
     loaded 2-core machine after a run that had written everything, showed exactly that
     (ProcessGroupGloo::runLoop -> ~AsyncAllgatherCoalescedWork -> take_gil -> pthread_exit
     -> std::terminate)."""
-    loop = sys.modules.get("fourcast.train.loop")
+    loop = sys.modules.get("fourcast.train.loop")  # loaded only by commands that train
     if loop is not None and loop.gloo_used():
         sys.stdout.flush()
         sys.stderr.flush()

@@ -469,12 +469,13 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" groups are
         # its blocks' 16-row runs
         counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j * (B // 16) + offset_c
-        b_lo, s_lo, xe_lo, xo_lo, bad_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS, FIXED, TWOS,
-                                             BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB,
-                                             MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
-        b_hi, s_hi, xe_hi, xo_hi, bad_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN, MBITS, FIXED,
-                                             TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX, S_MIN,
-                                             NANB, MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
+        b_lo, s_lo, xe_lo, xo_lo, bad_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS,
+                                                     FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
+                                                     S_GMAX, S_MIN, NANB, MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
+        b_hi, s_hi, xe_hi, xo_hi, bad_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN,
+                                                     MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN,
+                                                     S_MBITS, S_GMAX, S_MIN, NANB, MODE_C, B, not XHAT_C_ON,
+                                                     not WORD_SIGNS_C)
         if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
             XC_OUT = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
             if WORD_SIGNS_C:  # a row pair's x_hat words sit where its input words do; a word's
