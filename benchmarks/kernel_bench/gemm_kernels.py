@@ -9,7 +9,7 @@ import torch
 from fourcast.kernels import gemm as gk
 from fourcast.kernels import quantize as qk
 
-from kernel_bench.harness import DEV, F, GEMM_SHAPES, RES, SMOKE, left, log, ms, rand, save, section
+from kernel_bench.harness import ARGS, DEV, F, GEMM_SHAPES, RES, SMOKE, left, log, ms, rand, save, section
 
 
 # (decode, (BM, BN, BK, GROUP_M, warps, STAGES), maxnreg) of gemm_wgmma_parts. The decode side
@@ -158,6 +158,15 @@ def gemm_ws():
             save()
 
 
+def _operands(fname, m, n, k):
+    """Packed A (m x k) and B (n x k) of random bf16 in one format, the dequant route's C (the
+    reference), their split_plan and a bf16 C to write."""
+    pa = qk.quantize(rand((m, k)), F[fname])
+    pb = qk.quantize(rand((n, k)), F[fname])
+    return (pa, pb, gk.gemm(pa, pb, impl="dequant").float(), gk.split_plan(pa.spec, pb.spec),
+            torch.empty((m, n), dtype=torch.bfloat16, device=DEV))
+
+
 # _rs_kernel configs (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, maxnreg).
 RS_CFGS = ((128, 128, 128, 8, 6, 8, 96, 128), (128, 128, 128, 8, 6, 4, 128, 168))  # RS_CONFIG; 4 decode warps
 # under a 168-register launch (the MMA warps' two operand sets then fit: session 14)
@@ -177,11 +186,7 @@ def gemm_rs():
     bf = RES["ceilings"].get("bf16", {})
     for fname in ("nvfp4", "ue5m3", "mxfp4", "ufp4"):
         for (m, n, k) in GEMM_SHAPES:
-            pa = qk.quantize(rand((m, k)), F[fname])
-            pb = qk.quantize(rand((n, k)), F[fname])
-            ref_c = gk.gemm(pa, pb, impl="dequant").float()
-            plan = gk.split_plan(pa.spec, pb.spec)
-            c = torch.empty((m, n), dtype=torch.bfloat16, device=DEV)
+            pa, pb, ref_c, plan, c = _operands(fname, m, n, k)
             runs = [("ws (default)", lambda: gw.launch_ws(pa, pb, c, m, n, k, plan))]
             runs += [(f"rs {list(cfg)} ahead {a}", lambda cfg=cfg, a=a: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg,
                                                                                    ahead=a))
@@ -194,6 +199,30 @@ def gemm_rs():
                     continue
                 time_gemm_run("gemm_rs", label, fn, c, ref_c, (m, n, k), bf, fmt=fname)
             save()
+
+@section("gemm_rs_persistent: _rs_kernel one program a multiprocessor")
+def gemm_rs_persistent():
+    """gemm's NVFP4/UFP4 route (_rs_kernel, code words two steps ahead, a program a tile)
+    against the same kernel persistent (a program a multiprocessor taking every 132nd tile:
+    B's decoders run into the next tile while the MMA warps store C), in alternation, each
+    checked against the dequant route, at every GEMM shape; --repeat samples."""
+    if SMOKE:
+        return  # Gluon: a GPU only
+    from fourcast.kernels import gemm_wgmma as gw
+
+    bf = RES["ceilings"].get("bf16", {})
+    for fname in ("nvfp4", "ufp4"):
+        for (m, n, k) in GEMM_SHAPES:
+            pa, pb, ref_c, plan, c = _operands(fname, m, n, k)
+            for sample in range(ARGS.repeat):
+                for label, pers in (("rs ahead 2 (route)", False), ("rs ahead 2 persistent", True)):
+                    if left() < 20:
+                        return
+                    time_gemm_run("gemm_rs_persistent", label, lambda pers=pers: gw.launch_rs(
+                        pa, pb, c, m, n, k, plan, ahead=2, persistent=pers), c, ref_c, (m, n, k), bf, fmt=fname,
+                        sample=sample)
+            save()
+
 
 @section("gemm_ue5m3_f16: UE5M3 operands decoded to f16 at an offset")
 def gemm_ue5m3_f16():

@@ -49,6 +49,58 @@ def ms(fn, rep=100) -> float:
     return float(do_bench(fn, warmup=25, rep=rep, return_mode="median"))
 
 
+_FLUSH: dict = {}
+
+
+def ms_clean(fn, rep=100) -> float:
+    """do_bench's median with the L2 flushed clean. do_bench flushes it by zeroing 256 MB
+    before each call, which leaves the L2 full of dirty lines that the timed call then writes
+    back to DRAM beside its own bytes; here a read of 256 MB (a max) evicts the last call's
+    outputs, their write-back before the timed region, and leaves clean lines."""
+    if SMOKE:
+        return ms(fn)
+    buf = _FLUSH.setdefault("buf", torch.ones(1 << 26, device=DEV))  # 256 MB of f32
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        buf.amax()
+        fn()
+    torch.cuda.synchronize()
+    n = max(5, int(rep / ((time.perf_counter() - t0) * 1e3 / 3)))
+    times = []
+    for _ in range(n):
+        buf.amax()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        times.append((start, end))
+    torch.cuda.synchronize()
+    return float(sorted(s.elapsed_time(e) for s, e in times)[n // 2])
+
+
+def ms_steady(fn, calls=20, trials=7) -> float:
+    """A call's time back to back with itself (no flush: each call writes back what the one
+    before it left dirty, as in a steady stream of calls): median over trials of `calls` calls
+    between two events, per call. Launched from Python: a call whose host work outlasts its GPU
+    time shows the host's."""
+    if SMOKE:
+        return ms(fn)
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(trials):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return float(sorted(times)[trials // 2])
+
+
 def log(*a):
     print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
 

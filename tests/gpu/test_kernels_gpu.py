@@ -243,25 +243,28 @@ def test_gemm_triton_route_is_launch_packed(pair, monkeypatch):
 
 
 
-@pytest.mark.parametrize("cfg,ahead", [(None, 1), (None, 2), ((128, 128, 128, 8, 3, 8, 96, 128), 2)])
+@pytest.mark.parametrize("cfg,ahead,persistent", [(None, 1, False), (None, 2, False),
+                                                  ((128, 128, 128, 8, 3, 8, 96, 128), 2, False), (None, 2, True)])
 @pytest.mark.parametrize("pair", WGMMA_PAIRS)
-def test_gemm_rs_within_bound(pair, cfg, ahead):
+def test_gemm_rs_within_bound(pair, cfg, ahead, persistent):
     """The register-sourced kernel (gemm_wgmma._rs_kernel: A decoded into the MMA warpgroup's
     registers, B through shared memory in the chunked K order) meets the bound for every
     LUT/CVT pair, on shapes with partial tiles and K of 1, 3 and 64 steps (the ring's phases
     wrap), into a poisoned output (every element written); code words one or two steps
-    ahead."""
+    ahead; persistent: a program a multiprocessor, the ring's steps running on across its
+    tiles (2176 x 1040: 153 tiles, more than the H200's 132 programs, 3 steps each)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
     from fourcast.kernels import gemm_wgmma
 
-    for (m, n, k) in [(1008, 208, 128), (304, 528, 384), (1024, 768, 8192)]:
+    for (m, n, k) in [(1008, 208, 128), (304, 528, 384), (1024, 768, 8192), (2176, 1040, 384)]:
         a = ref.quantize(testing.make_input("heavy", (m, k), torch.bfloat16, DEV, seed=7), F[pair[0]])
         b = ref.quantize(testing.make_input("random", (n, k), torch.bfloat16, DEV, seed=8), F[pair[1]])
         for out in (torch.bfloat16, torch.float32):
             c = torch.full((m, n), float("nan"), dtype=out, device=DEV)
-            gemm_wgmma.launch_rs(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg, ahead=ahead)
-            assert _within_bound(c, a, b, out), (pair, cfg, ahead, (m, n, k), out)
+            gemm_wgmma.launch_rs(a, b, c, m, n, k, gk.split_plan(a.spec, b.spec), cfg, ahead=ahead,
+                                 persistent=persistent)
+            assert _within_bound(c, a, b, out), (pair, cfg, ahead, persistent, (m, n, k), out)
 
 @pytest.mark.parametrize("kernel", ["split", "ws", "rs"])
 def test_ue5m3_in_f16_at_the_ends_of_its_scale_range(kernel, monkeypatch):

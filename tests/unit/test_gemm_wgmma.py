@@ -36,8 +36,8 @@ a, b = parse_fmt(testing.FORMATS[fa]), parse_fmt(testing.FORMATS[fb])
 plan = gk.split_plan(a, b)
 if parts == "ws":
     k = gw.compile_ws_sm90(a, b, plan, tuple(cfg))
-elif parts in ("rs", "rs2"):  # rs2: code words two steps ahead (launch_packed's NVFP4/UFP4 route)
-    k = gw.compile_rs_sm90(a, b, plan, tuple(cfg), ahead=2 if parts == "rs2" else 1)
+elif parts in ("rs", "rs2", "rs2p"):  # rs2: code words two steps ahead (launch_packed's NVFP4/UFP4 route)
+    k = gw.compile_rs_sm90(a, b, plan, tuple(cfg), ahead=1 if parts == "rs" else 2, persistent=parts == "rs2p")
 else:
     k = gw.compile_sm90(a, b, plan, tuple(cfg), parts=parts)
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
@@ -138,7 +138,7 @@ def test_warp_specialised_kernel_compiles_with_async_wgmma_and_no_spills(pair, c
 
 @pytest.mark.parametrize("pair,variant", [(("nvfp4", "nvfp4-2d"), "rs"), (("ue5m3", "ue5m3"), "rs"),
                                           (("nvfp4", "nvfp4-2d"), "rs2"), (("ufp4", "ufp4"), "rs2"),
-                                          (("ue5m3", "ue5m3-2d"), "rs2")])
+                                          (("ue5m3", "ue5m3-2d"), "rs2"), (("nvfp4", "nvfp4-2d"), "rs2p")])
 def test_register_sourced_kernel_takes_a_from_registers(pair, variant):
     """_rs_kernel: every wgmma takes A from registers (four 32-bit registers a k16 slice)
     and the ring holds B alone (lo + hi, 16-bit, per slot, plus the mbarriers); nothing
@@ -147,7 +147,8 @@ def test_register_sourced_kernel_takes_a_from_registers(pair, variant):
     a thread: two rows' 16-byte code runs and their scale bytes once a run (loaded once a
     word, the scales took 8 more loads and held the L1/TEX pipeline at 79%: kernels-h200.md
     session 13). rs2: the same with code words loaded two steps ahead (gemm's route for
-    NVFP4/UFP4/UE5M3), still one step's loads an iteration."""
+    NVFP4/UFP4/UE5M3), still one step's loads an iteration; rs2p: that kernel persistent (a
+    loop over tiles around the same step loop)."""
     cfg = gemm_wgmma.RS_CONFIG
     k = _compiled(pair, cfg, variant)
     assert k["wgmma"] and k["hgmma"] > 0

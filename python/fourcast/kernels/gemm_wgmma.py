@@ -75,7 +75,12 @@ BYTES_PER_THREAD = gl.constexpr(8)  # code bytes a thread decodes per row and st
 @gluon.jit
 def _tile_ids(M, N, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
     """(pid_m, pid_n), GROUP_M row tiles at a time (as gemm._tile_ids)."""
-    pid = gl.program_id(0)
+    return _tile_of(gl.program_id(0), M, N, BM, BN, GROUP_M)
+
+
+@gluon.jit
+def _tile_of(pid, M, N, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr):
+    """(pid_m, pid_n) of linear tile pid, GROUP_M row tiles at a time."""
     num_m = (M + BM - 1) // BM
     num_n = (N + BN - 1) // BN
     group = GROUP_M * num_n
@@ -263,6 +268,17 @@ def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, rea
     bf16-decode formats, kernels-h200.md session 12). Without PARTS & 1 it only passes the
     slots on (_ws_kernel's timing experiment)."""
     gl.static_assert(AHEAD == 1 or AHEAD == 2, "code words load one or two steps ahead")
+    _decode_steps(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, 0, SCALE, B, TILE2D, ASM, DOT_F16, R,
+                  BK, STAGES, NW, PARTS, CHUNKED, AHEAD)
+
+
+@gluon.jit
+def _decode_steps(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, it0, SCALE: gl.constexpr,
+                  B: gl.constexpr, TILE2D: gl.constexpr, ASM: gl.constexpr, DOT_F16: gl.constexpr,
+                  R: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
+                  PARTS: gl.constexpr, CHUNKED: gl.constexpr, AHEAD: gl.constexpr):
+    """_decode_partition's work for one output tile (rows row0 ..): its K // BK steps into
+    the ring, the first in ring step it0 (a persistent kernel's steps run on across tiles)."""
     BKH: gl.constexpr = BK // 2
     G: gl.constexpr = BKH // BYTES_PER_THREAD
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 2], [32 // G, G, 1], [NW, 1, 1], [2, 1, 0])
@@ -277,11 +293,11 @@ def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, rea
     else:
         codes1, sbytes1 = codes, sbytes  # unused
     for i in range(steps):
-        slot = i % STAGES
+        slot = (it0 + i) % STAGES
         if PARTS & 1:  # past the last step: step 0 again, unused
             k_next = gl.where(i + AHEAD < steps, (i + AHEAD) * BK, 0)
             codes_next, sbytes_next = _load_words(CODES, SCALES, r, groups, k_next, K, B, TILE2D, L3)
-        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        mbarrier.wait(empty.index(slot), (((it0 + i) // STAGES) & 1) ^ 1)
         if PARTS & 1:
             _decode_words(codes, sbytes, lo_bufs.index(slot), hi_bufs.index(slot), SCALE, DOT_F16, ASM, R, BKH,
                           CHUNKED)
@@ -391,6 +407,8 @@ def _launch_specialised(kernel, a, b, c: torch.Tensor, m: int, n: int, k: int, p
         raise ShapeError(f"K={k} must be a multiple of the tile depth {bk}")
     consts = dict(_specialised_consts(cfg, mma_warps, decoders, parts), **extra)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    if extra.get("PERSISTENT"):  # one program a multiprocessor (one fits: the ring takes its shared memory)
+        grid = (min(grid[0], torch.cuda.get_device_properties(c.device).multi_processor_count),)
     kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
                  b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan), **consts,
                  maxnreg=cfg[7])
@@ -583,10 +601,50 @@ def _rs_mma_partition(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS
                       A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
                       DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                       BK: gl.constexpr, STAGES: gl.constexpr, MMA: gl.constexpr, PARTS: gl.constexpr,
-                      AHEAD: gl.constexpr):
-    """Default partition of _rs_kernel (two warpgroups, 64 rows each): step i's wgmmas run
-    while the warps decode step i + 1's A into the other register operands (its words were
-    loaded AHEAD steps before), then wait for them and free B's slot; then the epilogue."""
+                      AHEAD: gl.constexpr, GROUP_M: gl.constexpr, PERSISTENT: gl.constexpr):
+    """Default partition of _rs_kernel (two warpgroups, 64 rows each): its tile (_rs_tile), or
+    with PERSISTENT every num_programs-th tile from program_id on, the ring's steps running on
+    across them."""
+    if PERSISTENT:
+        tiles = gl.cdiv(M, BM) * gl.cdiv(N, BN)
+        it = 0
+        for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+            tm, tn = _tile_of(tile, M, N, BM, BN, GROUP_M)
+            _rs_tile(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, tm, tn, it, A_SCALE, A_B,
+                     A_TILE2D, A_ASM, DOT_F16, EPI_EXP, BM, BN, BK, STAGES, MMA, PARTS, AHEAD)
+            it += K // BK
+    else:
+        _rs_tile(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n, 0, A_SCALE, A_B,
+                 A_TILE2D, A_ASM, DOT_F16, EPI_EXP, BM, BN, BK, STAGES, MMA, PARTS, AHEAD)
+
+
+@gluon.jit
+def _rs_decode_persistent(CODES, SCALES, M, N, K, lo_bufs, hi_bufs, empty, ready, SCALE: gl.constexpr,
+                          B: gl.constexpr, TILE2D: gl.constexpr, ASM: gl.constexpr, DOT_F16: gl.constexpr,
+                          BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, GROUP_M: gl.constexpr,
+                          STAGES: gl.constexpr, NW: gl.constexpr, PARTS: gl.constexpr, AHEAD: gl.constexpr):
+    """B's decode partition of a PERSISTENT _rs_kernel: the tiles of _rs_mma_partition's loop
+    in its order, so the decoders run on into the next tile's steps while the MMA warps
+    store the last tile's C."""
+    tiles = gl.cdiv(M, BM) * gl.cdiv(N, BN)
+    it = 0
+    for tile in range(gl.program_id(0), tiles, gl.num_programs(0)):
+        tm, tn = _tile_of(tile, M, N, BM, BN, GROUP_M)
+        _decode_steps(CODES, SCALES, tn * BN, N, K, lo_bufs, hi_bufs, empty, ready, it, SCALE, B, TILE2D, ASM,
+                      DOT_F16, BN, BK, STAGES, NW, PARTS, True, AHEAD)
+        it += K // BK
+
+
+@gluon.jit
+def _rs_tile(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n, it0,
+             A_SCALE: gl.constexpr, A_B: gl.constexpr, A_TILE2D: gl.constexpr, A_ASM: gl.constexpr,
+             DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+             BK: gl.constexpr, STAGES: gl.constexpr, MMA: gl.constexpr, PARTS: gl.constexpr,
+             AHEAD: gl.constexpr):
+    """One output tile of _rs_kernel's MMA warps, its first step ring step it0: step i's
+    wgmmas run while the warps decode step i + 1's A into the other register operands (its
+    words were loaded AHEAD steps before), then wait for them and free B's slot; then the
+    epilogue."""
     gl.static_assert(BM == 128 and BK == 128, "the A word layout is written for 128 x 128 steps on 8 warps")
     BKH: gl.constexpr = BK // 2
     # Words [BM, BKH // 4] where the dot-operand layout wants them: thread t of a quad holds
@@ -617,9 +675,9 @@ def _rs_mma_partition(A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS
     else:
         w2, s2 = w, s  # unused
     for i in range(steps):
-        slot = i % STAGES
+        slot = (it0 + i) % STAGES
         k_after = gl.where(i + 1 + AHEAD < steps, (i + 1 + AHEAD) * BK, 0)  # past the end: step 0, unused
-        mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        mbarrier.wait(ready.index(slot), ((it0 + i) // STAGES) & 1)
         if PARTS & 2:
             acc = warpgroup_mma(al, b_lo.index(slot).permute((1, 0)), acc, is_async=True)
             acc = warpgroup_mma(ah, b_hi.index(slot).permute((1, 0)), acc, is_async=True)
@@ -642,12 +700,14 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                DOT_F16: gl.constexpr, EPI_EXP: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                BK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr, INSTR_N: gl.constexpr,
                num_warps: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
-               PARTS: gl.constexpr = 3, AHEAD: gl.constexpr = 1):
+               PARTS: gl.constexpr = 3, AHEAD: gl.constexpr = 1, PERSISTENT: gl.constexpr = False):
     """_ws_kernel with A from registers: one decode partition (PRODUCER_WARPS warps) fills a
     ring of B only, in the chunked K order; the default partition (num_warps = 8: two MMA
     warpgroups) decodes A itself. PARTS as _ws_kernel's (1: B's decoders only, 2: the MMA
     warpgroups only, A's decode included); AHEAD: how many steps ahead both sides load their
-    code words."""
+    code words. PERSISTENT: a program takes every num_programs-th tile (launch_rs launches one
+    a multiprocessor), so B's decoders start a tile while the MMA warps store the last one's C
+    and no tile waits for a program to launch."""
     BKH: gl.constexpr = BK // 2
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                   instr_shape=[16, INSTR_N, 16])
@@ -657,13 +717,22 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     b_hi = gl.allocate_shared_memory(VT, [STAGES, BN, BKH], b_sl)
     empty, ready = _slot_barriers(STAGES, 1)
     pid_m, pid_n = _tile_ids(M, N, BM, BN, GROUP_M)
-    gl.warp_specialize([
-        (_rs_mma_partition, (A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
-                             A_SCALE, A_B, A_TILE2D, A_ASM, DOT_F16, EPI_EXP, BM, BN, BK, STAGES, MMA, PARTS,
-                             AHEAD)),
-        (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
-                             B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS, True, AHEAD)),
-    ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    if PERSISTENT:
+        gl.warp_specialize([
+            (_rs_mma_partition, (A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
+                                 A_SCALE, A_B, A_TILE2D, A_ASM, DOT_F16, EPI_EXP, BM, BN, BK, STAGES, MMA, PARTS,
+                                 AHEAD, GROUP_M, True)),
+            (_rs_decode_persistent, (B_CODES, B_SCALES, M, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B, B_TILE2D,
+                                     B_ASM, DOT_F16, BM, BN, BK, GROUP_M, STAGES, PRODUCER_WARPS, PARTS, AHEAD)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_rs_mma_partition, (A_CODES, A_SCALES, b_lo, b_hi, empty, ready, C, A_TS, B_TS, M, N, K, pid_m, pid_n,
+                                 A_SCALE, A_B, A_TILE2D, A_ASM, DOT_F16, EPI_EXP, BM, BN, BK, STAGES, MMA, PARTS,
+                                 AHEAD, GROUP_M, False)),
+            (_decode_partition, (B_CODES, B_SCALES, pid_n * BN, N, K, b_lo, b_hi, empty, ready, B_SCALE, B_B,
+                                 B_TILE2D, B_ASM, DOT_F16, BN, BK, STAGES, PRODUCER_WARPS, PARTS, True, AHEAD)),
+        ], [PRODUCER_WARPS], [PRODUCER_REGS])
 
 
 # (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, kernel maxnreg) of _rs_kernel.
@@ -674,12 +743,14 @@ RS_CONFIG = (128, 128, 128, 8, 6, 8, 96, 128)
 
 
 def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tuple | None = None,
-              parts: int = 3, ahead: int = 1) -> None:
+              parts: int = 3, ahead: int = 1, persistent: bool = False) -> None:
     """C = A . B^T into c with _rs_kernel (as launch_ws): 8 MMA warps, one decode partition;
-    ahead: how many steps ahead both sides load their code words (1 or 2)."""
+    ahead: how many steps ahead both sides load their code words (1 or 2); persistent: one
+    program a multiprocessor, each taking every num_programs-th tile."""
     if ahead not in (1, 2):
         raise ValueError(f"code words load one or two steps ahead, not {ahead}")
-    _launch_specialised(_rs_kernel, a, b, c, m, n, k, plan, cfg or RS_CONFIG, 8, 1, parts, AHEAD=ahead)
+    _launch_specialised(_rs_kernel, a, b, c, m, n, k, plan, cfg or RS_CONFIG, 8, 1, parts, AHEAD=ahead,
+                        PERSISTENT=persistent)
 
 
 # gemm's packed route on Hopper (gemm.KERNEL "ws"), by measurement (kernels-h200.md, sessions
@@ -709,7 +780,8 @@ def launch_packed(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg
 
 
 def compile_rs_sm90(a_spec, b_spec, plan: dict, cfg: tuple = RS_CONFIG, out: str = "*bf16", parts: int = 3,
-                    ahead: int = 1):
+                    ahead: int = 1, persistent: bool = False):
     """_rs_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
-    consts = dict(constants(a_spec, b_spec, plan), **_specialised_consts(cfg, 8, 1, parts), AHEAD=ahead)
+    consts = dict(constants(a_spec, b_spec, plan), **_specialised_consts(cfg, 8, 1, parts), AHEAD=ahead,
+                  PERSISTENT=persistent)
     return _compile_offline(_rs_kernel, consts, out, dict(num_warps=8, maxnreg=cfg[7]))
