@@ -230,16 +230,18 @@ def test_the_warp_specialised_config_must_fit_the_register_file():
                                            (("nvfp4", "nvfp4-2d"), 192, "ws"), (("ue5m3", "ue5m3-2d"), 4096, "ws"),
                                            (("mxfp4", "mxfp4"), 4096, "ws")])
 def test_packed_route_takes_the_faster_kernel(pair, k, kernel, monkeypatch):
-    """launch_packed (gemm's Hopper route): _rs_kernel two steps ahead for f16-decoded pairs
-    with E4M3 scales and K in whole 128-deep steps, _ws_kernel for the rest (UE5M3 pairs,
-    f16 too, among them) and whenever a _ws_kernel config is given (kernels-h200.md,
-    sessions 14 and 16)."""
+    """launch_packed (gemm's Hopper route): _rs_kernel two steps ahead and persistent for
+    f16-decoded pairs with E4M3 scales and K in whole 128-deep steps, _ws_kernel for the rest
+    (UE5M3 pairs, f16 too, among them) and whenever a _ws_kernel config is given
+    (kernels-h200.md, sessions 14, 16 and 23)."""
     ran = []
-    monkeypatch.setattr(gemm_wgmma, "launch_rs", lambda *a, **kw: ran.append(("rs", kw.get("ahead"))))
+    monkeypatch.setattr(gemm_wgmma, "launch_rs", lambda *a, **kw: ran.append(("rs", kw.get("ahead"),
+                                                                              kw.get("persistent"))))
     monkeypatch.setattr(gemm_wgmma, "launch_ws", lambda *a, **kw: ran.append(("ws", a[7])))
     plan = gk.split_plan(parse_fmt(F[pair[0]]), parse_fmt(F[pair[1]]))
     a = b = types.SimpleNamespace(spec=parse_fmt(F[pair[0]]))  # launch_packed reads the scale formats
     assert gemm_wgmma.packed_kernel(plan, k, (a.spec.scale, b.spec.scale)) == kernel
     gemm_wgmma.launch_packed(a, b, None, 128, 128, k, plan)
     gemm_wgmma.launch_packed(a, b, None, 128, 128, k, plan, gemm_wgmma.WS_CONFIG)
-    assert ran == [("rs", gemm_wgmma.RS_AHEAD) if kernel == "rs" else ("ws", None), ("ws", gemm_wgmma.WS_CONFIG)]
+    assert gemm_wgmma.RS_AHEAD == 2 and gemm_wgmma.RS_PERSISTENT
+    assert ran == [("rs", 2, True) if kernel == "rs" else ("ws", None), ("ws", gemm_wgmma.WS_CONFIG)]
