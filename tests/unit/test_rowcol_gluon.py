@@ -333,3 +333,19 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     assert consts["RN_R"] == rn_r and consts["NORM_R"] == qk.rht_norm(rn_r)  # the core's f64 1 / sqrt(n)
     assert arg["SIGNS_R"].data_ptr() == signs_r.data_ptr() if rn_r else arg["SIGNS_R"].numel() <= 1
     assert arg["SIGNS_C"].data_ptr() == signs.data_ptr() if rn_c else arg["SIGNS_C"].numel() <= 1
+
+
+def test_rowcol_plans_are_cached_per_override(monkeypatch):
+    """quantize._rowcol_plan builds a kind of call's plan once, also under a benchmark's
+    CONFIG_OVERRIDE (part of the key): built afresh on every call, the benchmarks' variants
+    were timed with the plan's Python in them whenever the host fell behind the GPU."""
+    monkeypatch.setattr(qk, "_ROWCOL_PLANS", {})
+    x = torch.zeros(256, 384, dtype=torch.bfloat16)
+    args = (x, parse_fmt(F["nvfp4"]), "rtne", "rtne", 0, 0, (True, True), (False, False), True, False, False)
+    plain = qk._rowcol_plan(*args)
+    assert qk._rowcol_plan(*args) is plain
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
+    pinned = qk._rowcol_plan(*args)
+    assert pinned is not plain and pinned["route"] == "strip" and qk._rowcol_plan(*args) is pinned
+    monkeypatch.delitem(qk.CONFIG_OVERRIDE, "rowcol")
+    assert qk._rowcol_plan(*args) is plain

@@ -1101,13 +1101,15 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
                  xhat_on: tuple, unscaled: bool, fresh: bool, fuse: bool, xhat_dtype=None) -> dict:
     """What launch_rowcol launches for one kind of call (route, grids, constexprs), checked
     and built once per key: a training step repeats a few dozen kinds every step, and
-    building them is most of the call's Python. Not cached while CONFIG_OVERRIDE is set."""
+    building them is most of the call's Python. CONFIG_OVERRIDE (benchmarks) is part of the
+    key: built afresh on every call, a benchmark's variants were timed with that Python in
+    them, 2-3x the kernel's time whenever the host fell behind the GPU (session 23)."""
     interp = interpreting()
     R, C = x.shape
     key = (spec, rounding_r, rounding_c, rn, rnc, R, C, codes_on, xhat_on, unscaled, fresh, fuse, interp, x.dtype,
-           x.device, xhat_dtype)
+           x.device, xhat_dtype, repr(sorted(CONFIG_OVERRIDE.items())))
     plan = _ROWCOL_PLANS.get(key)
-    if plan is not None and not CONFIG_OVERRIDE:
+    if plan is not None:
         return plan
     check_layout(spec, R, C, (rn, None) if rn else None)
     check_layout(spec, C, R, (rnc, None) if rnc else None)
@@ -1163,10 +1165,9 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     elif fresh:
         plan["amax"] = ("transpose", plan["grid"], dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False,
                                                         WRITE_XHAT=False))
-    if not CONFIG_OVERRIDE:
-        if len(_ROWCOL_PLANS) > 512:
-            _ROWCOL_PLANS.clear()
-        _ROWCOL_PLANS[key] = plan
+    if len(_ROWCOL_PLANS) > 512:
+        _ROWCOL_PLANS.clear()
+    _ROWCOL_PLANS[key] = plan
     return plan
 
 
