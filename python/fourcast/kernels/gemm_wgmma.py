@@ -762,8 +762,9 @@ def launch_rs(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tu
 # take _ws_kernel: bf16-decoded pairs (UE8M0 scales; _rs_kernel trails there, 0.75-0.92x),
 # BK-64 depths, and UE5M3 pairs, f16-decoded since session 16 (f16 _ws_kernel 50.4-58.9%,
 # _rs_kernel 48.3-57.7%: A's UE5M3 scales take integer operations in the MMA warps where
-# E4M3's take one conversion). _rs_kernel runs persistent: 1.00-1.03x the one-tile-a-program
-# launch at the five shapes in 17 of 20 (format, shape, sample) pairs (session 23, call B).
+# E4M3's take one conversion). _rs_kernel runs persistent: against one tile a program at the
+# five shapes, NVFP4 and UFP4, two samples each, faster in 17 of 20 pairs, median 1.02x
+# (0.93-1.15x; session 23, call B).
 RS_AHEAD = 2
 RS_PERSISTENT = True
 
