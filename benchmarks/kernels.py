@@ -27,7 +27,7 @@ from kernel_bench.gemm import gemm_epilogue, gemm_bench, gemm_variants, gemm_fp8
 from kernel_bench.gemm_kernels import (gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_rs_persistent,
                                       gemm_ue5m3_f16)
 from kernel_bench.harness import ARGS, QSIZES, RES, T0, save
-from kernel_bench.flush_order import flush_order
+from kernel_bench.timing import graphed, timing_methods
 from kernel_bench.io_floors import io_floors
 from kernel_bench.layer import decode_layout, layer_profiles, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench
 from kernel_bench.quant import quant_checks, quant_timing, rowcol_gluon, amax_pass, quant_configs
@@ -38,7 +38,7 @@ from kernel_bench.strip import strip_sweep, sr_stream, strip_iters, strip_tall, 
 STEPS = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors, rowcol_gluon, amax_pass, strip_sweep,
          sr_stream, strip_iters, strip_tall, strip_gather, gemm_epilogue, decode_layout, layer_profiles, peers,
          peer_quant, gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
-         qlinear_graphed, qlinear_bench, qlinear_host, linear_bench, gemm_fp8_idea, quant_configs, flush_order,
+         qlinear_graphed, qlinear_bench, qlinear_host, linear_bench, gemm_fp8_idea, quant_configs, timing_methods, graphed,
          gemm_rs_persistent]
 
 

@@ -4,7 +4,7 @@ explain from instruction counts alone: the strip quantizer's X and dY calls, and
 GEMM's split, wgmma, warp-specialised and register-sourced kernels (wgmma, ws and rs also
 with PARTS 1: decode side only; rs with PARTS 2: the MMA warpgroups with A's decode; rs2:
 RS_CONFIG with code words two steps ahead, gemm's NVFP4/UFP4 route); and the row+col NVFP4
-codes call and the both-packed io floor at two launch orders (rowcol_gluon.Config.group).
+codes call and the both-packed io floor (their DRAM bytes: ncu_probe.sh DRAM=1).
 
     python benchmarks/ncu_probe.py CASE      # CASE in CASES
     PROBE_SMOKE=1 TRITON_INTERPRET=1 python benchmarks/ncu_probe.py CASE   # CPU, tiny shapes: script bugs only
@@ -55,18 +55,16 @@ def _gemm(kernel: str, parts: int = 3, shape=(8192, 8192, 8192), decode: str | N
     return lambda: gw.launch(pa, pb, c, m, n, k, plan, cfg, nreg, parts)
 
 
-def _rowcol(group: int):
-    """The row+col NVFP4 codes call, delayed amax, 8192^2, at rowcol_gluon's default tile with
-    launch order `group` (Config.group)."""
+def _rowcol():
+    """The row+col NVFP4 codes call, delayed amax, 8192^2 (rowcol_gluon's default tile)."""
     x = torch.randn((64, 128) if SMOKE else (8192, 8192), device=DEV, dtype=torch.bfloat16)
     amax = x.abs().amax().float()
-    qk.CONFIG_OVERRIDE["rowcol_gluon"] = (64, 128, 8, 1, None, True, group)
     return lambda: qk.quantize_rowcol(x, F["nvfp4"], F["nvfp4"], "rtne", "rtne", 0, 0, None, None, amax, amax)
 
 
-def _io_packed(group: int):
+def _io_packed():
     """The both-packed io floor (benchmarks/kernel_bench/io_floors.py) at 8192^2, 64 x 128 on
-    8 warps, launch order `group`."""
+    8 warps."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from kernel_bench.io_floors import _io_rowcol_gluon_kernel
 
@@ -76,14 +74,12 @@ def _io_packed(group: int):
     cr, sr = torch.empty((r, c // 2), **u8), torch.empty((r, c // 16), **u8)
     cc, sc = torch.empty((c, r // 2), **u8), torch.empty((c, r // 16), **u8)
     return lambda: _io_rowcol_gluon_kernel[(r // 64, c // 128)](x, cr, sr, cc, sc, r, c, BM=64, BK=128, NW=8,
-                                                                 GROUP=group, num_warps=8)
+                                                                 num_warps=8)
 
 
 CASES = {
-    "rowcol_nvfp4_g1": lambda: _rowcol(1),
-    "rowcol_nvfp4_g4": lambda: _rowcol(4),
-    "io_packed_g1": lambda: _io_packed(1),
-    "io_packed_g4": lambda: _io_packed(4),
+    "rowcol_nvfp4": _rowcol,
+    "io_packed": _io_packed,
     "strip_x": lambda: _strip("rtne", ("decoded", "packed")),
     "strip_dy": lambda: _strip("sr16", ("decoded", "decoded"), (32768, 4608)),
     "gemm_split": lambda: _gemm("split"),

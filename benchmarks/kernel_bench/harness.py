@@ -80,6 +80,27 @@ def ms_clean(fn, rep=100) -> float:
     return float(sorted(s.elapsed_time(e) for s, e in times)[n // 2])
 
 
+def ms_graphed(fn, rep=100):
+    """(do_bench's median of fn captured once in a CUDA graph and replayed, what the captured
+    call returned after the last replay): the GPU's time with none of the host's (a call whose
+    Python takes about as long as its kernels, ~100 us, otherwise times the host whenever it
+    falls behind; training replays graphs too)."""
+    if SMOKE:
+        return ms(fn), fn()
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()  # warm the allocations outside capture
+        with torch.cuda.graph(graph, stream=stream):
+            result = fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    return ms(graph.replay, rep), result
+
+
 def ms_steady(fn, calls=20, trials=7) -> float:
     """A call's time back to back with itself (no flush: each call writes back what the one
     before it left dirty, as in a steady stream of calls): median over trials of `calls` calls

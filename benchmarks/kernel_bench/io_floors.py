@@ -11,7 +11,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 
-from fourcast.kernels.rowcol_gluon import _tile_pids
 from kernel_bench.harness import DEV, QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
 
 
@@ -87,18 +86,19 @@ def _nibble_byte(lo, hi, SHIFT: gl.constexpr):
 
 @gluon.jit
 def _io_rowcol_gluon_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
-                            NW: gl.constexpr, GROUP: gl.constexpr = 1):
+                            NW: gl.constexpr):
     """The row+col io floor with the transpose in explicit layouts (Gluon): rows 2i and 2i + 1
     loaded as 32-bit words (two bf16), the row copy's bytes stored from them, then both moved
     by gl.convert_layout to a layout whose threads hold 4 row pairs of a column, so the column
     copy's code bytes go out 4 a thread and 32 a column per warp; scale bytes from stand-in
-    loads. BK a multiple of 128, BM of 64. GROUP: the launch order (rowcol_gluon._tile_pids)."""
+    loads. BK a multiple of 128, BM of 64."""
     H: gl.constexpr = BM // 2  # row pairs
     W: gl.constexpr = BK // 2  # 32-bit words (two bf16) per row
     LR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [NW, 1], [1, 0])  # rows: 16-byte loads along a row
     LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])  # columns: 4 row pairs a thread
     LS: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [NW, 1], [1, 0])
-    pid_r, pid_c = _tile_pids(GROUP)
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
     XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
     i = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LR))[:, None]
     w = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
@@ -113,13 +113,11 @@ def _io_rowcol_gluon_kernel(X, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: g
     gl.store(SCALES_R + (2 * i_s + 1) * (C // 16) + g, gl.load(XW + (2 * i_s + 1) * (C // 2) + 8 * g).to(gl.uint8))
     # column copy: the same words with row pairs along each thread (a transpose through shared
     # memory that gl.convert_layout makes), then bytes of element columns 2w and 2w + 1
-    _io_store_col(gl.convert_layout(e, LC), gl.convert_layout(o, LC), XW, CODES_C, SCALES_C, R, C, pid_r, pid_c, BM,
-                  BK, NW)
+    _io_store_col(gl.convert_layout(e, LC), gl.convert_layout(o, LC), XW, CODES_C, SCALES_C, R, C, BM, BK, NW)
 
 
 @gluon.jit
-def _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, pid_r, pid_c, BM: gl.constexpr, BK: gl.constexpr,
-                  NW: gl.constexpr):
+def _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr):
     """The column copy's stand-in bytes from a tile's words in the column layout (4 row pairs
     of a word column a thread): code bytes of element columns 2w and 2w + 1, 4 a thread and 32
     a column per warp; scale bytes from stand-in loads."""
@@ -127,6 +125,8 @@ def _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, pid_r, pid_c, BM: gl.cons
     W: gl.constexpr = BK // 2
     LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])
     LT: gl.constexpr = gl.BlockedLayout([1, 1], [4, 8], [1, NW], [0, 1])
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
     ic = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LC))[:, None]
     wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LC))[None, :]
     gl.store(CODES_C + (2 * wc) * (R // 2) + ic, _nibble_byte(ec, oc, 12))
@@ -140,7 +140,7 @@ def _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, pid_r, pid_c, BM: gl.cons
 
 @gluon.jit
 def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
-                                    NW: gl.constexpr, COL_DECODED: gl.constexpr, GROUP: gl.constexpr = 1):
+                                    NW: gl.constexpr, COL_DECODED: gl.constexpr):
     """_io_rowcol_gluon_kernel's floor for the decoded calls: the row copy decoded (its x_hat
     words in x's orientation, here the input words themselves), the column copy packed (the X
     call) or, COL_DECODED, decoded too (the dY call: its words moved to the column layout and
@@ -149,7 +149,8 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
     W: gl.constexpr = BK // 2
     LR: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [NW, 1], [1, 0])
     LC: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, NW], [0, 1])
-    pid_r, pid_c = _tile_pids(GROUP)
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
     XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
     i = pid_r * H + gl.arange(0, H, layout=gl.SliceLayout(1, LR))[:, None]
     w = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
@@ -165,7 +166,7 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
         gl.store(XCW + (2 * i) * (C // 2) + w, gl.convert_layout(ec, LR))
         gl.store(XCW + (2 * i + 1) * (C // 2) + w, gl.convert_layout(oc, LR))
     else:
-        _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, pid_r, pid_c, BM, BK, NW)
+        _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, BM, BK, NW)
 
 
 def _io_gluon_bytes_ok(x, cr, sr, cc, sc) -> bool:

@@ -70,8 +70,7 @@ def _compiled(fmt, cfg, fuse=False, xhat=False, **extra) -> dict:
 
 @pytest.mark.parametrize("fmt,cfg,fuse", [
     ("nvfp4", rg.CONFIG, False), ("mxfp4", rg.CONFIG, True), ("int4-ue5m3", (128, 128, 8, 1), False),
-    ("ufp4", (64, 128, 4, 2), False), ("nvfp4", (64, 128, 8, 2, None, False), False),
-    ("nvfp4", (64, 128, 8, 1, None, True, 4), False)])  # four column tiles side by side (Config.group)
+    ("ufp4", (64, 128, 4, 2), False), ("nvfp4", (64, 128, 8, 2, None, False), False)])
 def test_compiles_for_sm90_as_designed(fmt, cfg, fuse):
     cfg = rg.Config(*cfg)
     one_lane = rg.one_lane_fits(parse_fmt(F[fmt]).block, cfg)
@@ -255,8 +254,6 @@ def test_applies_to_its_scope_only():
     assert not _applies(x.double()) and not _applies(x[:96]) and not _applies(x[:, :192])
     assert _applies(x[:, :128]) and not _applies(x[:, :128], config=(64, 256, 4, 1))
     assert _applies(x, config=(64, 128, 4, 2)) and not _applies(x, config=(64, 128, 4, 4))
-    grouped = (64, 128, 8, 1, None, True, 2)  # launch order: two column tiles side by side
-    assert _applies(x[:, :256], config=grouped) and not _applies(x[:, :128], config=grouped)
 
 
 @pytest.mark.parametrize("name,rounding,codes,xhat,amax,seed,rn_c", [

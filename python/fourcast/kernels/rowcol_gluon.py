@@ -77,8 +77,7 @@ class Config(NamedTuple):
     one_lane: with blocks of 16, one lane holds a whole block in both layouts (a row block's
     8 words; a column block's 8 row pairs), so a block's amax needs no shuffle, its scale
     is computed once and an "sr16" group is drawn once; otherwise (and with blocks of 32) a
-    block spans B / 8 lanes. group: column tiles that consecutive programs take side by side
-    (launch order, _tile_pids; 1: a column of row tiles after another)."""
+    block spans B / 8 lanes."""
 
     bm: int
     bk: int
@@ -86,7 +85,6 @@ class Config(NamedTuple):
     iters: int
     maxnreg: int | None = None
     one_lane: bool = True
-    group: int = 1
 
 
 # The io floor's fastest tiles were 64 x 128 on 4 warps and 128 x 128 on 4 (67-68% of copy,
@@ -140,21 +138,6 @@ def _col_layout(H, W, WB, NW, one_lane):
         return gl.BlockedLayout([1, WB, 1], [H // WB, 1, 32 // (H // WB)], [1, 1, NW], [1, 0, 2])
     tb = WB // 4
     return gl.BlockedLayout([1, 4, 1], [8 // tb, tb, 4], [1, 1, NW], [1, 0, 2])
-
-
-@gluon.jit
-def _tile_pids(GROUP: gl.constexpr):
-    """(pid_r, pid_c) of this program on a (row tiles, column tiles) grid. GROUP 1: the launch
-    order runs down a column of row tiles, then the next column. GROUP g: g column tiles of one
-    row tile side by side, then the next row tile's (g must divide the column tiles), so the
-    programs in flight together also complete each row copy's lines (a tile writes BK / 2 code
-    bytes and BK / B scale bytes of each of its rows)."""
-    if GROUP == 1:
-        return gl.program_id(0), gl.program_id(1)
-    n_r = gl.num_programs(0)
-    lin = gl.program_id(1) * n_r + gl.program_id(0)
-    band = n_r * GROUP
-    return (lin % band) // GROUP, (lin // band) * GROUP + lin % GROUP
 
 
 @gluon.jit
@@ -364,7 +347,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
                    ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
                    NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False, RN_R: gl.constexpr = 0,
-                   NORM_R: gl.constexpr = 1.0, GROUP: gl.constexpr = 1):
+                   NORM_R: gl.constexpr = 1.0):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on, loading tile it + 1 before it quantizes tile it (as strip.py's
     ITERS); a tile is H row pairs of W words, with blocks of WB words (row copy) or WB row
@@ -380,8 +363,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     by an RHT of 16 (SIGNS_C its signs, NORM_C the f64 1 / 4) before it is quantized: one
     block of 16, in one thread (ONE_LANE). RN_R: B rotates the row copy by an RHT of its block
     (SIGNS_R, NORM_R; MXFP4's Fprop operands), one block in one thread likewise.
-    F32: x is f32 (a LayerNorm's output under autocast), a word two f32 in 64 bits. GROUP: the
-    launch order (_tile_pids)."""
+    F32: x is f32 (a LayerNorm's output under autocast), a word two f32 in 64 bits."""
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE and RN_C == 0), "a row RHT is one block in one lane")
     SPLIT_AMAX: gl.constexpr = RN_R > 0 or RN_C > 0  # the copies' amaxes differ
@@ -394,7 +376,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     WB: gl.constexpr = B // 2
     LR: gl.constexpr = _row_layout(W, WB, NW, ONE_LANE)
     LC: gl.constexpr = _col_layout(H, W, WB, NW, ONE_LANE)
-    pid_r, pid_c = _tile_pids(GROUP)
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
     if SEED_PTR:
         seed = gl.load(seed)
     s_r, p_r = _tensor_scales(gl.load(AMAX_IN_R), False, RULE, NUM)
@@ -629,7 +612,7 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
               or (rn_c == 0 and rn_r == spec.block and lane))
     return (x.dtype in INPUTS and spec.packed and spec.block in (16, 32) and not spec.tile_2d
             and not spec.per_tensor and rounding_ok and rht_ok and one_each and decoded_ok
-            and R % (config.bm * config.iters) == 0 and C % (config.bk * config.group) == 0)
+            and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
 
 
 # The input dtypes: two bf16 a 32-bit word, or two f32 a 64-bit one (the F32 constexpr).
@@ -656,8 +639,7 @@ def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     drop = ("TILE2D", "MODE")  # the modes are per copy: MODE_R, MODE_C
     launch = dict(num_warps=config.warps, **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=config.bm, BK=config.bk,
-                NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config),
-                GROUP=config.group, **launch)
+                NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config), **launch)
 
 
 def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:

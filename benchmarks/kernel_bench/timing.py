@@ -1,0 +1,180 @@
+"""How the quantizers' fraction of copy depends on how they are timed: the state do_bench's
+flush leaves the L2 in (timing_methods), and the host's share of an eager call (graphed).
+Session 23 also timed rowcol_gluon at other launch orders here (g column tiles side by side):
+no floor moved and every call was as fast or slower, so the knob was removed."""
+
+from __future__ import annotations
+
+import subprocess
+
+import torch
+
+from fourcast.kernels import ops
+from fourcast.kernels import quantize as qk
+from fourcast.kernels import reference as ref
+
+import peers as pp  # benchmarks/peers.py: the PyTorch peers
+from kernel_bench.against_peers import peer_calls
+from kernel_bench.harness import (
+    ARGS, DEV, F, QSIZES, RES, SMOKE, left, log, ms, ms_clean, ms_graphed, ms_steady, qbytes, rand, same_tensors, save,
+    section,
+)
+from kernel_bench.io_floors import _io_floor_kernel, _io_rowcol_gluon_decoded_kernel, _io_rowcol_gluon_kernel
+
+METHODS = (("do_bench", ms), ("clean L2", ms_clean), ("steady", ms_steady))
+
+
+@section("timing methods: copy, io floors, quantizer calls and a peer timed three ways")
+def timing_methods():
+    """Copy, the io floors and rowcol_gluon's calls at QSIZES timed three ways: do_bench (its
+    flush zeroes 256 MB and leaves the L2 dirty), the L2 flushed clean by a read (ms_clean), and
+    back to back (ms_steady), --repeat samples of the calls in alternation; the torch.compile
+    peer of the delayed NVFP4 call the same three ways. Rows: RES["timing_methods"] (name,
+    shape, method, ms, bytes, TB/s, sample, SM clock)."""
+    if SMOKE:
+        return
+    out = RES.setdefault("timing_methods", [])
+    _copy_big(out)
+    for (r, c) in QSIZES:
+        done = _shape(out, r, c)
+        save()
+        if not done:
+            break
+    _table(out)
+
+
+def _copy_big(out):
+    big = rand((1 << 29,))
+    big_out = torch.empty_like(big)
+    _time(out, "copy 1 GiB", "-", 4.0 * big.numel(), lambda: big_out.copy_(big))
+
+
+def _shape(out, r, c) -> bool:
+    """timing_methods at one shape; False once the budget is spent."""
+    nv, ue = F["nvfp4"], F["ue5m3"]
+    s16 = ref.rht_signs(16, "te").to(DEV)
+    shape = f"{r}x{c}"
+    x = rand((r, c))
+    y = torch.empty_like(x)
+    amax = x.abs().amax().float()
+    _time(out, "copy", shape, 4.0 * r * c, lambda: y.copy_(x))
+    cr = torch.empty((r, c // 2), dtype=torch.uint8, device=DEV)
+    sr = torch.empty((r, c // 16), dtype=torch.uint8, device=DEV)
+    cc = torch.empty((c, r // 2), dtype=torch.uint8, device=DEV)
+    sc = torch.empty((c, r // 16), dtype=torch.uint8, device=DEV)
+    xr, xc = torch.empty_like(x), torch.empty_like(x)
+    grid = (r // 64, c // 128)
+    _time(out, "io floor row", shape, qbytes(r, c, 16, 1),
+          lambda: _io_floor_kernel[grid](x, cr, sr, r, c, BM=64, BK=128, num_warps=8))
+    _time(out, "io floor both packed", shape, qbytes(r, c, 16, 2), lambda: _io_rowcol_gluon_kernel[grid](
+        x, cr, sr, cc, sc, r, c, BM=64, BK=128, NW=8, num_warps=8))
+    _time(out, "io floor X", shape, qbytes(r, c, 16, (1, 1)), lambda: _io_rowcol_gluon_decoded_kernel[grid](
+        x, xr, cc, sc, xc, r, c, BM=64, BK=128, NW=8, COL_DECODED=False, num_warps=8))
+    _time(out, "io floor dY", shape, qbytes(r, c, 16, 2, True), lambda: _io_rowcol_gluon_decoded_kernel[grid](
+        x, xr, cc, sc, xc, r, c, BM=64, BK=128, NW=8, COL_DECODED=True, num_warps=8))
+    calls = (("row+col nvfp4 delayed (codes)", qbytes(r, c, 16, 2),
+              lambda: qk.quantize_rowcol(x, nv, nv, "rtne", "rtne", 0, 0, None, None, amax, amax)),
+             ("X: decoded row + packed col, ue5m3 delayed", qbytes(r, c, 16, (1, 1)),
+              lambda: ops.rowcol_operands(x, ue, tensor_amax=amax, tensor_amax_col=amax,
+                                          outputs=("decoded", "packed"))),
+             ("dY: decoded row + col, ue5m3 delayed, SR16", qbytes(r, c, 16, 2, True),
+              lambda: ops.rowcol_operands(x, ue, rounding="sr16", seed=1, tensor_amax=amax, tensor_amax_col=amax,
+                                          outputs=("decoded", "decoded"))),
+             ("row+col nvfp4, col RHT16+SR16 (TE dY, codes)", qbytes(r, c, 16, 2),
+              lambda: qk.quantize_rowcol(x, nv, nv, "sr16", "sr16", 0, 0, None, (16, s16), amax, amax)))
+    for sample in range(ARGS.repeat):  # samples in alternation: the calls' times swing between runs
+        for name, nbytes, fn in calls:
+            if left() < 30:
+                return False
+            _time(out, name, shape, nbytes, fn, sample)
+    torch._dynamo.reset()
+    peer = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True)
+    peer(x, amax, None, False)
+    _time(out, "peer: row+col nvfp4 delayed, torch.compile", shape, qbytes(r, c, 16, 2),
+          lambda: peer(x, amax, None, False))
+    return True
+
+
+def _time(out, name, shape, nbytes, fn, sample=0):
+    """fn timed by each of METHODS; the SM clock (MHz) read after each: a compute-bound call
+    slows with it where a memory-bound one does not."""
+    for method, timer in METHODS:
+        t = timer(fn)
+        out.append(dict(name=name, shape=shape, method=method, ms=t, bytes=nbytes,
+                        tbps=nbytes / (t * 1e-3) / 1e12, sample=sample, sm_mhz=_sm_clock()))
+
+
+def _sm_clock():
+    try:
+        return torch.cuda.clock_rate()
+    except Exception:  # no pynvml: ask nvidia-smi
+        try:
+            got = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i",
+                                  str(torch.cuda.current_device())], capture_output=True, text=True, timeout=10)
+            return int(got.stdout.split()[0])
+        except Exception:  # not recorded
+            return None
+
+
+def _table(out):
+    """Each row's TB/s by method and its fraction of the 1 GiB copy timed the same way."""
+    copy = {o["method"]: o["tbps"] for o in out if o["name"] == "copy 1 GiB"}
+    rows = {}
+    for o in out:
+        rows.setdefault((o["name"], o["shape"], o.get("sample", 0)), {})[o["method"]] = o
+    log("timing_methods: us, fraction of the 1 GiB copy timed the same way, per method " + ", ".join(
+        f"{m} {copy.get(m, 0):.2f} TB/s" for m, _ in METHODS))
+    for (name, shape, sample), by in rows.items():
+        cells = "  ".join(f"{by[m]['ms'] * 1e3:7.1f} us {by[m]['tbps'] / copy[m]:.3f}" for m, _ in METHODS
+                          if m in by and m in copy)
+        mhz = by[METHODS[0][0]].get("sm_mhz")
+        log(f"  {name[:44]:44s} {shape:10s} s{sample} {cells}  {mhz} MHz")
+
+
+@section("graphed: the quantizer calls and their peers as GPU time (CUDA graph replay)")
+def graphed():
+    """Each row+col NVFP4 call of the quantizer target, the X and dY calls, copy and each call's
+    torch.compile peer, captured in a CUDA graph and timed by do_bench on its replay
+    (harness.ms_graphed): the GPU's time, none of the host's. Rows: RES["graphed"]; the
+    replayed call's bytes checked against an eager call's."""
+    if SMOKE:
+        return
+    out = RES.setdefault("graphed", [])
+    h16 = pp.hadamard16(device=DEV)
+    copy_tbps = RES["ceilings"].get("copy_tbps", 4.27)
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        y = torch.empty_like(x)
+        amax = x.abs().amax().float()
+        t_copy, _ = ms_graphed(lambda: y.copy_(x))
+        out.append(dict(call="copy", shape=f"{r}x{c}", ms=t_copy, frac_copy=4.0 * r * c / (t_copy * 1e9) / copy_tbps))
+        ue = F["ue5m3"]
+        extra = (("X: decoded row + packed col, ue5m3 delayed", qbytes(r, c, 16, (1, 1)), None,
+                  lambda: ops.rowcol_operands(x, ue, tensor_amax=amax, tensor_amax_col=amax,
+                                              outputs=("decoded", "packed"))),
+                 ("dY: decoded row + col, ue5m3 delayed, SR16", qbytes(r, c, 16, 2, True), None,
+                  lambda: ops.rowcol_operands(x, ue, rounding="sr16", seed=1, tensor_amax=amax, tensor_amax_col=amax,
+                                              outputs=("decoded", "decoded"))))
+        calls = [(name, qbytes(r, c, 16, 2), kw, ours) for name, ours, kw in peer_calls(x, amax)][:5] + list(extra)
+        for name, nbytes, kw, ours in calls:
+            if left() < 40:
+                return
+            try:
+                t, got = ms_graphed(ours)
+                RES["checks"].append(dict(what=f"graphed {name} {r}x{c}: replayed bytes = an eager call's",
+                                          ok=same_tensors(got, ours())))
+                row = dict(call=name, shape=f"{r}x{c}", ms=t, frac_copy=nbytes / (t * 1e9) / copy_tbps, eager_ms=ms(ours))
+                if kw is not None:
+                    torch._dynamo.reset()
+                    peer = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True)
+                    args = (x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
+                    peer(*args)
+                    row["compiled_ms"] = ms_graphed(lambda: peer(*args))[0]
+                    row["vs_compiled"] = row["compiled_ms"] / t
+                out.append(row)
+                log(f"graphed {name} {r}x{c}: {t * 1e3:.1f} us ({row['frac_copy']:.3f} of copy; eager "
+                    f"{row['eager_ms'] * 1e3:.1f} us)" + (f", compiled peer {row['compiled_ms'] * 1e3:.1f} us, "
+                                                          f"{row['vs_compiled']:.2f}x" if kw is not None else ""))
+            except Exception as exc:  # one call failing to capture must not lose the others
+                RES["errors"].append(f"graphed {name} {r}x{c}: {exc!r}")
+        save()
