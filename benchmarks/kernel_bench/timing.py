@@ -161,20 +161,24 @@ def graphed():
                 return
             try:
                 t, got = ms_graphed(ours)
-                RES["checks"].append(dict(what=f"graphed {name} {r}x{c}: replayed bytes = an eager call's",
-                                          ok=same_tensors(got, ours())))
-                row = dict(call=name, shape=f"{r}x{c}", ms=t, frac_copy=nbytes / (t * 1e9) / copy_tbps, eager_ms=ms(ours))
-                if kw is not None:
+            except Exception as exc:  # one call failing to capture must not lose the others
+                RES["errors"].append(f"graphed {name} {r}x{c}: {exc!r}")
+                continue
+            RES["checks"].append(dict(what=f"graphed {name} {r}x{c}: replayed bytes = an eager call's",
+                                      ok=same_tensors(got, ours())))
+            row = dict(call=name, shape=f"{r}x{c}", ms=t, frac_copy=nbytes / (t * 1e9) / copy_tbps, eager_ms=ms(ours))
+            out.append(row)
+            if kw is not None:
+                try:
                     torch._dynamo.reset()
                     peer = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True)
                     args = (x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
                     peer(*args)
                     row["compiled_ms"] = ms_graphed(lambda: peer(*args))[0]
                     row["vs_compiled"] = row["compiled_ms"] / t
-                out.append(row)
-                log(f"graphed {name} {r}x{c}: {t * 1e3:.1f} us ({row['frac_copy']:.3f} of copy; eager "
-                    f"{row['eager_ms'] * 1e3:.1f} us)" + (f", compiled peer {row['compiled_ms'] * 1e3:.1f} us, "
-                                                          f"{row['vs_compiled']:.2f}x" if kw is not None else ""))
-            except Exception as exc:  # one call failing to capture must not lose the others
-                RES["errors"].append(f"graphed {name} {r}x{c}: {exc!r}")
+                except Exception as exc:  # the peer's capture failing keeps ours
+                    RES["errors"].append(f"graphed peer {name} {r}x{c}: {exc!r}")
+            log(f"graphed {name} {r}x{c}: {t * 1e3:.1f} us ({row['frac_copy']:.3f} of copy; eager "
+                f"{row['eager_ms'] * 1e3:.1f} us)" + (f", compiled peer {row['compiled_ms'] * 1e3:.1f} us, "
+                                                      f"{row['vs_compiled']:.2f}x" if "compiled_ms" in row else ""))
         save()
