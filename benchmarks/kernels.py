@@ -6,9 +6,14 @@ triton.testing.do_bench (median, fresh random bf16 inputs) beside: the device's 
 bandwidth, cuBLAS BF16 and FP8 (torch._scaled_mm) GEMMs, and PyTorch eager /
 torch.compile NVFP4 fake-quant and quantize+pack written the way a user would.
 Prints a short table last and writes JSON (incrementally) to $OUT/kernels-h200.json.
+do_bench zeroes 256 MB before each call, and the timed call writes those lines back: a few
+us on a memory-bound 8192^2 call; `timing_methods` times the same calls with the L2 flushed
+clean and back to back, `graphed` as CUDA-graph replays (a ~100 us call launched eagerly can
+wait for its own Python).
 
 The sections live in benchmarks/kernel_bench/ (one module per area: ceilings, quant, io_floors,
-strip, against_peers, gemm, gemm_kernels, layer; harness holds the shared state and helpers).
+strip, against_peers, gemm, gemm_kernels, layer, timing; harness holds the shared state and
+helpers).
 
 Usage (on the GPU machine): python benchmarks/kernels.py --budget 240 [--only SECTION,...]
 On the CPU, script bugs only: BENCH_SMOKE=1 TRITON_INTERPRET=1 python benchmarks/kernels.py
