@@ -50,6 +50,17 @@ def peer_calls(x, amax):
         amax=amax, rht=True, sr=True)
 
 
+def compiled_peer(x, kw, h16):
+    """(benchmarks/peers.py's row+col NVFP4 call under torch.compile, its arguments) for a
+    peer_calls entry's kwargs. A fresh compile per call and shape: past dynamo's recompile
+    limit a function runs eagerly without an error; fullgraph: no silent graph breaks either."""
+    args = (x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
+    if SMOKE:
+        return pp.nvfp4_rowcol, args
+    torch._dynamo.reset()
+    return torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True), args
+
+
 @section("quantizer against its PyTorch peer, call by call")
 def peer_quant():
     """Each row+col NVFP4 call of the quantizer target beside benchmarks/peers.py doing the
@@ -79,11 +90,7 @@ def _peer_call(name, ours, kw, x, h16, shape, out, copy):
     """One row+col call of peer_quant: its peer compiled afresh, the bytes compared, the three
     timed; a row appended to out."""
     r, c = shape
-    args = (x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
-    # a fresh compile per call and shape: past dynamo's recompile limit a function runs
-    # eagerly without an error; fullgraph: no silent graph breaks either
-    torch._dynamo.reset()
-    compiled = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True) if not SMOKE else pp.nvfp4_rowcol
+    compiled, args = compiled_peer(x, kw, h16)
 
     def peer(args=args):
         return pp.nvfp4_rowcol(*args)

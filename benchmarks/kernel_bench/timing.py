@@ -14,7 +14,7 @@ from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 
 import peers as pp  # benchmarks/peers.py: the PyTorch peers
-from kernel_bench.against_peers import peer_calls
+from kernel_bench.against_peers import compiled_peer, peer_calls
 from kernel_bench.harness import (
     ARGS, DEV, F, QSIZES, RES, SMOKE, left, log, ms, ms_clean, ms_graphed, ms_steady, qbytes, rand, same_tensors, save,
     section,
@@ -87,11 +87,9 @@ def _shape(out, r, c) -> bool:
             if left() < 30:
                 return False
             _time(out, name, shape, nbytes, fn, sample)
-    torch._dynamo.reset()
-    peer = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True)
-    peer(x, amax, None, False)
-    _time(out, "peer: row+col nvfp4 delayed, torch.compile", shape, qbytes(r, c, 16, 2),
-          lambda: peer(x, amax, None, False))
+    peer, args = compiled_peer(x, dict(amax=amax), None)
+    peer(*args)
+    _time(out, "peer: row+col nvfp4 delayed, torch.compile", shape, qbytes(r, c, 16, 2), lambda: peer(*args))
     return True
 
 
@@ -170,9 +168,7 @@ def graphed():
             out.append(row)
             if kw is not None:
                 try:
-                    torch._dynamo.reset()
-                    peer = torch.compile(pp.nvfp4_rowcol, dynamic=False, fullgraph=True)
-                    args = (x, kw.get("amax"), h16 if kw.get("rht") else None, kw.get("sr", False))
+                    peer, args = compiled_peer(x, kw, h16)
                     peer(*args)
                     row["compiled_ms"] = ms_graphed(lambda: peer(*args))[0]
                     row["vs_compiled"] = row["compiled_ms"] / t

@@ -269,7 +269,6 @@ def _decode_partition(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, rea
     step's code words load AHEAD (1 or 2) steps ahead (two ahead was slower for _ws_kernel's
     bf16-decode formats, kernels-h200.md session 12). Without PARTS & 1 it only passes the
     slots on (_ws_kernel's timing experiment)."""
-    gl.static_assert(AHEAD == 1 or AHEAD == 2, "code words load one or two steps ahead")
     _decode_steps(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, 0, SCALE, B, TILE2D, ASM, DOT_F16, R,
                   BK, STAGES, NW, PARTS, CHUNKED, AHEAD)
 
@@ -281,6 +280,7 @@ def _decode_steps(CODES, SCALES, row0, rows, K, lo_bufs, hi_bufs, empty, ready, 
                   PARTS: gl.constexpr, CHUNKED: gl.constexpr, AHEAD: gl.constexpr):
     """_decode_partition's work for one output tile (rows row0 ..): its K // BK steps into
     the ring, the first in ring step it0 (a persistent kernel's steps run on across tiles)."""
+    gl.static_assert(AHEAD == 1 or AHEAD == 2, "code words load one or two steps ahead")
     BKH: gl.constexpr = BK // 2
     G: gl.constexpr = BKH // BYTES_PER_THREAD
     L3: gl.constexpr = gl.BlockedLayout([1, 1, 2], [32 // G, G, 1], [NW, 1, 1], [2, 1, 0])
