@@ -131,16 +131,18 @@ def _roundings(rounding_r: str, rounding_c: str) -> str:
 
 
 def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = "rtne", rn_c: int = 0,
-          rounding_c: str | None = None, rn_r: int = 0) -> dict:
-    """rowcol_gluon's kernel at its default tile for the call (config_for): both copies packed, the X call's decoded
-    row (unscaled) + packed column, or the dY call (both decoded, "sr16"); rn_c: a column
-    RHT. Its loop over ITERS row tiles is unrolled, so the count covers all of a program's
-    tiles."""
+          rounding_c: str | None = None, rn_r: int = 0, cfg=None) -> dict:
+    """rowcol_gluon's kernel at its default tile for the call (config_for) or at cfg (a
+    rowcol_gluon.Config): both copies packed, the X call's decoded row (unscaled) + packed
+    column, or the dY call (both decoded, "sr16"); rn_c: a column RHT. Unrolled, the count
+    covers all of a program's tiles; looped (Config.loop), the loop body counts ITERS times."""
+    from gemm_sass import main_loop
+
     from fourcast.kernels import rowcol_gluon as rg
 
     spec = parse_fmt(_fmt(fmt))
     rounding_c = rounding_c or rounding
-    cfg = rg.config_for(1 << 16, rounding, rn_c, spec.block, rounding_c, rn_r)
+    cfg = cfg or rg.config_for(1 << 16, rounding, rn_c, spec.block, rounding_c, rn_r)
     bm, bk, warps, iters = cfg[:4]
     k = rg.compile_sm90(qk._constexprs(spec, rounding), cfg, fuse=False, xhat_r=xhat_r, xhat_c=xhat_c,
                         mode=qk.ROUND_ID[rounding], rn_c=rn_c, mode_c=qk.ROUND_ID[rounding_c], rn_r=rn_r)
@@ -150,9 +152,14 @@ def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = 
         f.flush()
         sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
     n, elems = _count(sass), iters * bm * bk / (32 * warps)
+    looped = ""
+    if cfg.loop:  # the loop body runs ITERS times
+        n += (iters - 1) * len(main_loop(sass))
+        looped = f" looped maxnreg {cfg.maxnreg}"
     out = "+".join(("x_hat unscaled" if on else "codes") for on in (xhat_r, xhat_c))
-    return dict(kernel=f"rowcol gluon {bm}x{bk} {warps}w x{iters}", fmt=fmt, rounding=_roundings(rounding, rounding_c),
-                rht=rn_r or rn_c, out=out, instr=n, per_elem=n / elems, ops=_opcodes(sass, elems))
+    return dict(kernel=f"rowcol gluon {bm}x{bk} {warps}w x{iters}{looped}", fmt=fmt,
+                rounding=_roundings(rounding, rounding_c), rht=rn_r or rn_c, out=out, instr=n, per_elem=n / elems,
+                ops=_opcodes(sass, elems) if not cfg.loop else {})
 
 
 CASES = [
@@ -194,6 +201,12 @@ def main() -> None:
         rows.append(strip(mx, "rtne", codes=(False, True), xhat=(True, False), unscaled=True, rounding_c="sr16",
                           rn_r=32))
         rows.append(gluon(mx, xhat_r=True, rounding="rtne", rounding_c="sr16", rn_r=32))
+        from fourcast.kernels import rowcol_gluon as rg
+
+        for cfg in (rg.Config(64, 128, 8, 8, 64, True, True), rg.Config(64, 128, 8, 8, 80, True, True)):  # looped
+            rows.append(gluon("e2m1/e4m3/16/te", cfg=cfg))
+            rows.append(gluon("e2m1/ue5m3/16/te", xhat_r=True, cfg=cfg))
+            rows.append(gluon("e2m1/ue5m3/16/te", xhat_r=True, xhat_c=True, rounding="sr16", cfg=cfg))
     if args.json:
         print(json.dumps(rows, indent=1))
         return

@@ -3,6 +3,7 @@ explicit Gluon layouts), the ceiling each tiling leaves the quantizers."""
 
 from __future__ import annotations
 
+import itertools
 
 import torch
 import triton
@@ -10,6 +11,8 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+
+from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout
 
 from kernel_bench.harness import DEV, QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
 
@@ -169,6 +172,73 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
         _io_store_col(ec, oc, XW, CODES_C, SCALES_C, R, C, BM, BK, NW)
 
 
+@gluon.jit
+def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
+                        NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr):
+    """The floor of rowcol_gluon's packed and X calls in that kernel's own one-lane layouts and
+    stores (blocks of 16: a thread holds a row block's 8 words, then a column block's 8 row
+    pairs): code bytes are stand-in nibbles, x_hat the input words, and a scale byte the low
+    byte of its block's largest word, reduced in the thread that holds the block as the
+    kernel's block amax is (where _io_rowcol_gluon_kernel loads stand-ins: 79% more L2 reads,
+    session 23). ITERS row tiles a program in a loop (rowcol_gluon.Config.loop)."""
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    LR: gl.constexpr = _row_layout(W, 8, NW, True)
+    LC: gl.constexpr = _col_layout(H, W, 8, NW, True)
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
+    i = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None, None]
+    g = gl.arange(0, W // 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, LR)))[None, :, None]
+    k = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, LR)))[None, None, :]
+    w = pid_c * W + g * 8 + k
+    i2 = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None]
+    g2 = pid_c * (W // 8) + gl.arange(0, W // 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, LR)))[None, :]
+    p = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, LC)))[None, :, None]
+    ic = gl.arange(0, H // 8, layout=gl.SliceLayout(1, gl.SliceLayout(2, LC)))[:, None, None] * 8 + p
+    wc = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, None, :]
+    j = gl.arange(0, H // 8, layout=gl.SliceLayout(1, gl.SliceLayout(1, LC)))[:, None]
+    wj = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, :]
+    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    for it in range(ITERS):
+        r0 = (pid_r * ITERS + it) * H
+        e = gl.load(XW + (2 * (r0 + i)) * (C // 2) + w)
+        o = gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
+        for half in gl.static_range(2):
+            v = e if half == 0 else o
+            row = 2 * (r0 + i) + half
+            if XHAT_R_ON:
+                gl.store(XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True) + row * (C // 2) + w, v)
+            else:
+                gl.store(CODES_R + row * (C // 2) + w, _nibble_byte(v, v >> 16, 12))
+                gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // 16) + g2, gl.max(v, axis=2).to(gl.uint8))
+        ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // 8, 8, W]), LC)
+        oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // 8, 8, W]), LC)
+        gl.store(CODES_C + (2 * wc) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 12))
+        gl.store(CODES_C + (2 * wc + 1) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 28))
+        m = gl.maximum(gl.max(ec, axis=1), gl.max(oc, axis=1))
+        gl.store(SCALES_C + (2 * wj) * (R // 16) + r0 // 8 + j, m.to(gl.uint8))
+        gl.store(SCALES_C + (2 * wj + 1) * (R // 16) + r0 // 8 + j, (m >> 16).to(gl.uint8))
+
+
+def _io_one_lane_ok(x, cr, sr, xr, cc, sc, xhat_r: bool) -> bool:
+    """_io_one_lane_kernel's bytes, from x in torch: the row copy as _io_gluon_copy_ok's
+    nibbles with scale bytes the low byte of the block's largest word (x_hat: x itself); the
+    column copy's nibbles likewise, its scale bytes the low (element column 2w) or high
+    (2w + 1) half's low byte of the largest word of rows 16j .. 16j + 15 in word column w."""
+    words = x.view(torch.int32)  # (R, C / 2): two bf16 a word
+    rows = torch.equal(xr, x) if xhat_r else (
+        _nibbles_ok(x, cr) and torch.equal(sr, (words.view(x.shape[0], -1, 8).amax(2) & 0xFF).to(torch.uint8)))
+    m = words.view(-1, 16, words.shape[1]).amax(1).t()  # (C / 2, R / 16)
+    col_scales = torch.stack(((m & 0xFF), ((m >> 16) & 0xFF)), 1).reshape(-1, m.shape[1]).to(torch.uint8)
+    return bool(rows and _nibbles_ok(x.t(), cc) and torch.equal(sc, col_scales))
+
+
+def _nibbles_ok(x, codes) -> bool:
+    bits = x.contiguous().view(torch.int16).to(torch.int32) & 0xFFFF
+    nib = (bits >> 12) & 0xF
+    return bool(torch.equal(codes, (nib[:, 0::2] | nib[:, 1::2] << 4).to(torch.uint8)))
+
+
 def _io_gluon_bytes_ok(x, cr, sr, cc, sc) -> bool:
     """_io_rowcol_gluon_kernel's stand-in bytes, from x in torch: code nibbles are bits 12-15
     of each element; scale bytes the low byte of the block's first element."""
@@ -177,12 +247,12 @@ def _io_gluon_bytes_ok(x, cr, sr, cc, sc) -> bool:
 
 def _io_gluon_copy_ok(x, codes, scales) -> bool:
     """One copy's stand-in bytes (x transposed for the column copy)."""
-    bits = x.view(torch.int16).to(torch.int32) & 0xFFFF
-    nib, low = (bits >> 12) & 0xF, bits & 0xFF
-    return bool(torch.equal(codes, (nib[:, 0::2] | nib[:, 1::2] << 4).to(torch.uint8))
-                and torch.equal(scales, low[:, 0::16].to(torch.uint8)))
+    low = x.contiguous().view(torch.int16).to(torch.int32) & 0xFF
+    return _nibbles_ok(x, codes) and bool(torch.equal(scales, low[:, 0::16].to(torch.uint8)))
 
 
+# _io_one_lane_kernel's tiles: rowcol_gluon's CONFIG and its 4-warp tile
+ONE_LANE_TILES = ((64, 128, 8), (64, 128, 4))
 IO_TILES = ((64, 64, 8), (64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8), (32, 128, 4), (256, 64, 8),
             (128, 256, 8), (64, 128, 4), (128, 128, 4))
 
@@ -232,4 +302,20 @@ def io_floors():
                     col_ok = torch.equal(xc, x) if name.startswith("dY") else _io_gluon_copy_ok(x.t(), cc, sc)
                     RES["checks"].append(dict(what=f"io floor {name} {bm}x{bk} {w} warps {r}x{c}: every word and "
                                               "byte where it belongs", ok=bool(torch.equal(xr, x) and col_ok)))
+        for (bm, bk, w), iters, (name, copies, xhat_r) in itertools.product(
+                ONE_LANE_TILES, (1, 8), (("packed", 2, False), ("X: decoded row + packed col", (1, 1), True))):
+            if left() < 20:
+                return
+            grid = (r // (bm * iters), c // bk)
+
+            def fn(grid=grid, bm=bm, bk=bk, w=w, xhat_r=xhat_r, iters=iters):
+                _io_one_lane_kernel[grid](x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=xhat_r,
+                                          ITERS=iters, num_warps=w)
+            label = f"io floor one lane {name} {bm}x{bk} {w} warps x{iters}{' looped' if iters > 1 else ''}"
+            time_quantizer(label, (r, c), copies, None if xhat_r else False, fn, tile=[bm, bk, w, iters])
+            for t in (cr, sr, xr, cc, sc):
+                t.zero_()
+            fn()
+            RES["checks"].append(dict(what=f"{label} {r}x{c}: every word and byte where it belongs",
+                                      ok=_io_one_lane_ok(x, cr, sr, xr, cc, sc, xhat_r)))
         save()

@@ -21,9 +21,11 @@ from kernel_bench.harness import (
 )
 
 
-# rowcol_gluon.Config fields: (BM, BK, warps, row tiles a program, maxnreg, one lane a block of 16)
-GLUON_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 128, 8, 2, None, False),
-               (64, 128, 4, 1, None, True))
+# rowcol_gluon.Config fields: (BM, BK, warps, row tiles a program, maxnreg, one lane a block of
+# 16, looped). The looped tiles (session 24, not yet timed): eight tiles a program in a loop at
+# 64 registers (four programs an SM, as the default; a few bytes spilled) and at 80 (three).
+GLUON_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 128, 4, 1, None, True),
+               (64, 128, 8, 8, 64, True, True), (64, 128, 8, 8, 80, True, True))
 
 
 @section("rowcol gluon: the Gluon row+col quantizer per tile, against the strip kernel")
@@ -105,7 +107,8 @@ def rowcol_gluon():
                             RES["checks"].append(dict(what=f"rowcol gluon {name} {tile} {shape}: routed there, "
                                                       "bytes = strip's", ok=same))
                         lanes = ", one lane a block" if len(tile) > 5 and tile[5] else ""
-                        label = f"{name} [gluon {tile[0]}x{tile[1]} {tile[2]} warps x{tile[3]}{lanes}]"
+                        looped = f", looped, maxnreg {tile[4]}" if len(tile) > 6 and tile[6] else ""
+                        label = f"{name} [gluon {tile[0]}x{tile[1]} {tile[2]} warps x{tile[3]}{lanes}{looped}]"
                         t = time_quantizer(label, shape, copies, xhat, lambda fn=fn: on_route("gluon", fn),
                                            src_bytes=src_bytes, tile=list(tile), sample=sample)
                         times.setdefault(tile, []).append(t)

@@ -5,6 +5,7 @@ no floor moved and every call was as fast or slower, so the knob was removed."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 
 import torch
@@ -129,11 +130,17 @@ def _table(out):
         log(f"  {name[:44]:44s} {shape:10s} s{sample} {cells}  {mhz} MHz")
 
 
+# graphed's tiles: the default (None: config_for's) and session 24's looped ones (quant.GLUON_TILES)
+GRAPHED_TILES = (None, (64, 128, 8, 8, 64, True, True), (64, 128, 8, 8, 80, True, True))
+
+
 @section("graphed: the quantizer calls and their peers as GPU time (CUDA graph replay)")
 def graphed():
     """Each row+col NVFP4 call of the quantizer target, the X and dY calls, copy and each call's
     torch.compile peer, captured in a CUDA graph and timed by do_bench on its replay
-    (harness.ms_graphed): the GPU's time, none of the host's. Rows: RES["graphed"]; the
+    (harness.ms_graphed): the GPU's time, none of the host's. Each call at the default tile
+    and at GRAPHED_TILES' others (rowcol_gluon.Config; the route each ran on recorded: a tile
+    that does not serve a call leaves it on the strip kernel). Rows: RES["graphed"]; the
     replayed call's bytes checked against an eager call's."""
     if SMOKE:
         return
@@ -155,26 +162,56 @@ def graphed():
                                               outputs=("decoded", "decoded"))))
         calls = [(name, qbytes(r, c, 16, 2), kw, ours) for name, ours, kw in peer_calls(x, amax)][:5] + list(extra)
         for name, nbytes, kw, ours in calls:
-            if left() < 40:
-                return
-            try:
-                t, got = ms_graphed(ours)
-            except Exception as exc:  # one call failing to capture must not lose the others
-                RES["errors"].append(f"graphed {name} {r}x{c}: {exc!r}")
-                continue
-            RES["checks"].append(dict(what=f"graphed {name} {r}x{c}: replayed bytes = an eager call's",
-                                      ok=same_tensors(got, ours())))
-            row = dict(call=name, shape=f"{r}x{c}", ms=t, frac_copy=nbytes / (t * 1e9) / copy_tbps, eager_ms=ms(ours))
-            out.append(row)
-            if kw is not None:
-                try:
-                    peer, args = compiled_peer(x, kw, h16)
-                    peer(*args)
-                    row["compiled_ms"] = ms_graphed(lambda: peer(*args))[0]
-                    row["vs_compiled"] = row["compiled_ms"] / t
-                except Exception as exc:  # the peer's capture failing keeps ours
-                    RES["errors"].append(f"graphed peer {name} {r}x{c}: {exc!r}")
-            log(f"graphed {name} {r}x{c}: {t * 1e3:.1f} us ({row['frac_copy']:.3f} of copy; eager "
-                f"{row['eager_ms'] * 1e3:.1f} us)" + (f", compiled peer {row['compiled_ms'] * 1e3:.1f} us, "
-                                                      f"{row['vs_compiled']:.2f}x" if "compiled_ms" in row else ""))
+            compiled_ms = None
+            for tile in GRAPHED_TILES:
+                if left() < 40:
+                    return
+                with _pinned_tile(tile) as routes:
+                    try:
+                        t, got = ms_graphed(ours)
+                    except Exception as exc:  # one call failing to capture must not lose the others
+                        RES["errors"].append(f"graphed {name} {tile} {r}x{c}: {exc!r}")
+                        continue
+                    RES["checks"].append(dict(what=f"graphed {name} {tile} {r}x{c}: replayed bytes = an eager call's",
+                                              ok=same_tensors(got, ours())))
+                    eager = ms(ours)
+                row = dict(call=name, shape=f"{r}x{c}", tile=tile and list(tile), routes=sorted(set(routes)), ms=t,
+                           frac_copy=nbytes / (t * 1e9) / copy_tbps, eager_ms=eager)
+                out.append(row)
+                if kw is not None and compiled_ms is None:
+                    try:
+                        peer, args = compiled_peer(x, kw, h16)
+                        peer(*args)
+                        compiled_ms = ms_graphed(lambda: peer(*args))[0]
+                    except Exception as exc:  # the peer's capture failing keeps ours
+                        compiled_ms = float("nan")
+                        RES["errors"].append(f"graphed peer {name} {r}x{c}: {exc!r}")
+                if compiled_ms is not None:
+                    row["compiled_ms"] = compiled_ms
+                    row["vs_compiled"] = compiled_ms / t
+                log(f"graphed {name} {r}x{c} {tile or 'default'} {row['routes']}: {t * 1e3:.1f} us "
+                    f"({row['frac_copy']:.3f} of copy; eager {eager * 1e3:.1f} us)"
+                    + (f", compiled peer {compiled_ms * 1e3:.1f} us, {row['vs_compiled']:.2f}x"
+                       if compiled_ms is not None else ""))
         save()
+
+
+@contextlib.contextmanager
+def _pinned_tile(tile):
+    """rowcol_gluon's tile pinned to `tile` (None: the default) while the block runs; yields the
+    list of routes (quantize._rowcol_plan's) the calls inside take."""
+    routes, plan = [], qk._rowcol_plan
+
+    def spy(*args, **kwargs):
+        p = plan(*args, **kwargs)
+        routes.append(p["route"])
+        return p
+
+    qk._rowcol_plan = spy
+    if tile is not None:
+        qk.CONFIG_OVERRIDE["rowcol_gluon"] = tile
+    try:
+        yield routes
+    finally:
+        qk._rowcol_plan = plan
+        qk.CONFIG_OVERRIDE.pop("rowcol_gluon", None)

@@ -416,8 +416,10 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
     testing.check_rowcol(x, f, "rtne", "rtne", 0, 0, None, rht_c)
 
 
-# rowcol_gluon.Config: the session-17 layouts (B / 8 lanes a block) and other one-lane tiles
-GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1), (64, 128, 4, 1)]
+# rowcol_gluon.Config: the session-17 layouts (B / 8 lanes a block), other one-lane tiles, and
+# the looped tiles (Config.loop) the benchmarks time
+GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1), (64, 128, 4, 1),
+               (64, 128, 8, 8, 64, True, True), (64, 128, 8, 4, 80, True, True)]
 
 
 @pytest.mark.parametrize("tile", GLUON_TILES)
@@ -437,6 +439,58 @@ def test_rowcol_gluon_tiles_equal_reference(name, rounding, tile, monkeypatch):
                            not spec.two_level)
     assert plan["route"] == "gluon"
     testing.check_rowcol(x, f, rounding, rounding, 3, 2**32 + 80)
+
+
+LOOPED = (64, 128, 8, 4, 80, True, True)  # four tiles a program in a loop (Config.loop)
+LOOPED_32 = (64, 128, 4, 4, None, True, True)  # blocks of 32 in one lane take 4 warps (BLOCK32_CONFIG)
+
+
+@pytest.mark.parametrize("call", ["x", "dy", "fuse", "te_dy", "mx_x", "f32"])
+def test_rowcol_gluon_looped_calls_equal_reference(call, monkeypatch):
+    """A looped program (Config.loop: four row tiles, each loading its words as it starts) on the
+    calls whose paths differ from packed RTNE codes: the X call (decoded row), the dY call
+    (both decoded, "sr16"), a fused amax (MXFP4: the running maximum across the loop), TE's dY
+    call (column RHT16 + "sr16"), MXFP4's X call (row RHT32, "sr16" column) and an f32 input:
+    the reference's bits, the call routed to the Gluon kernel at that tile."""
+    _hopper()
+    from fourcast.kernels import ops
+
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol_gluon", LOOPED_32 if call == "mx_x" else LOOPED)
+    routes, plan = [], qk._rowcol_plan
+
+    def spy(*args, **kwargs):
+        p = plan(*args, **kwargs)
+        routes.append(p["route"])
+        return p
+
+    monkeypatch.setattr(qk, "_rowcol_plan", spy)
+    x = testing.make_input("heavy", (512, 640), torch.bfloat16, DEV, seed=29)
+    x[300, 9] = float("nan")
+    amax = x[x.isfinite()].abs().amax().float()
+    if call == "x":
+        f = F["ue5m3"]
+        dec, col = ops.rowcol_operands(x, f, tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "packed"))
+        want_r = ref.quantize(x, f, tensor_amax=amax)
+        assert torch.equal(testing.bits(dec.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
+        assert testing.packed_diff(col, ref.quantize(x, f, axis=0, tensor_amax=amax)) == []
+    elif call == "dy":
+        f = F["nvfp4"]
+        row, col = ops.rowcol_operands(x, f, rounding="sr16", seed=5, offset=2**32 + 16, tensor_amax=amax,
+                                       tensor_amax_col=amax, outputs=("decoded", "decoded"))
+        want_r = ref.quantize(x, f, rounding="sr16", seed=5, offset=2**32 + 16, tensor_amax=amax)
+        want_c = ref.quantize(x, f, axis=0, rounding="sr16", seed=5, offset=2**32 + 16 + x.numel(), tensor_amax=amax)
+        assert torch.equal(testing.bits(row.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
+        assert torch.equal(testing.bits(col.values), testing.bits(testing.dequantize_unscaled(want_c, torch.bfloat16)))
+    elif call == "fuse":
+        testing.check_rowcol(x, F["mxfp4"], "rtne", "rtne", 0, 0)
+    elif call == "te_dy":
+        testing.check_rowcol(x, F["nvfp4"], "sr16", "sr16", 3, 2**32 + 80, None, (16, ref.rht_signs(16, "te").to(DEV)))
+    elif call == "mx_x":
+        testing.check_rowcol(x, F["mxfp4"], "rtne", "sr16", 7, 64, (32, ref.rht_signs(32, "per-layer", 1).to(DEV)))
+    else:
+        testing.check_rowcol(x.float() * (1 + 2.0**-12), F["nvfp4"], "rtne", "rtne", 0, 0)
+    assert routes and set(routes) == {"gluon"}
 
 
 def test_rowcol_gluon_routes_only_its_scope(monkeypatch):

@@ -348,7 +348,9 @@ def _nonfinite(v):
 
 @triton.jit
 def _tensor_scales(amax, PER_TENSOR: tl.constexpr, RULE: tl.constexpr, NUM: tl.constexpr):
-    """(S_enc, torchao's decode scale pts) from the tensor amax (reference.tensor_encode_scale)."""
+    """(S_enc, the decode scale) from the tensor amax (reference.tensor_encode_scale): the
+    decode scale is torchao's pts, or TE's 1 / S_enc (what _block_scales divides by; here
+    once a program, where per block LLVM left it inside a looped kernel's loop)."""
     one = _bcast(1.0, amax)
     num = _bcast(NUM * 1.0, amax)
     if RULE == 3 and not PER_TENSOR:
@@ -358,17 +360,21 @@ def _tensor_scales(amax, PER_TENSOR: tl.constexpr, RULE: tl.constexpr, NUM: tl.c
     elif RULE == 2 or PER_TENSOR:
         s = tl.minimum(tl.math.div_rn(num, amax), 3.4028234663852886e38)
         bad = (amax == 0) | (s == 0) | _nonfinite(amax)
-        return tl.where(bad, one, s), one
+        s = tl.where(bad, one, s)
+        if PER_TENSOR:
+            return s, one
+        return s, tl.math.div_rn(one, s)
     else:
         return one, one
 
 
 @triton.jit
-def _block_scales(bmax_bits, s_enc, pts, GMAX: tl.constexpr, EMAX: tl.constexpr, SCALE: tl.constexpr,
+def _block_scales(bmax_bits, s_enc, s_dec, GMAX: tl.constexpr, EMAX: tl.constexpr, SCALE: tl.constexpr,
                   RULE: tl.constexpr, S_EMIN: tl.constexpr, S_MBITS: tl.constexpr, S_GMAX: tl.constexpr,
                   S_MIN: tl.constexpr, NANB: tl.constexpr):
-    """Per block, from the bits of its amax (any shape): (scale byte, multiplier taking x
-    to the grid, decoded scale (NaN for a non-finite block), non-finite flag)."""
+    """Per block, from the bits of its amax (any shape) and the tensor's scales (_tensor_scales:
+    S_enc and the decode scale): (scale byte, multiplier taking x to the grid, decoded scale
+    (NaN for a non-finite block), non-finite flag)."""
     bad = bmax_bits >= 0x7F800000
     bamax = tl.where(bad, 0.0, bmax_bits.to(tl.float32, bitcast=True))
     if SCALE == 1:  # ue8m0
@@ -386,13 +392,12 @@ def _block_scales(bmax_bits, s_enc, pts, GMAX: tl.constexpr, EMAX: tl.constexpr,
         sv = _pow2(e)
         mult = _pow2(-e)
     elif RULE == 2:  # te
-        s_dec = bamax * (s_enc * (1.0 / GMAX))
-        sbytes, sv = _round_elem(tl.minimum(s_dec, S_GMAX), s_dec, S_EMIN, S_MBITS, False, 0)
-        inv_s = tl.math.div_rn(_bcast(1.0, s_enc), s_enc)
-        mult = tl.minimum(tl.math.div_rn(_bcast(1.0, sv), sv * inv_s), 3.4028234663852886e38)
+        s_blk = bamax * (s_enc * (1.0 / GMAX))
+        sbytes, sv = _round_elem(tl.minimum(s_blk, S_GMAX), s_blk, S_EMIN, S_MBITS, False, 0)
+        mult = tl.minimum(tl.math.div_rn(_bcast(1.0, sv), sv * s_dec), 3.4028234663852886e38)  # s_dec = 1 / S_enc
     else:  # torchao
         gm = _bcast(GMAX * 1.0, bamax)
-        s = tl.math.div_rn(tl.math.div_rn(bamax, gm), _bcast(pts, bamax))
+        s = tl.math.div_rn(tl.math.div_rn(bamax, gm), _bcast(s_dec, bamax))  # s_dec = pts
         s = tl.minimum(tl.maximum(s, S_MIN), S_GMAX)
         sbytes, sv = _round_elem(s, s, S_EMIN, S_MBITS, False, 0)
         mult = tl.math.div_rn(_bcast(s_enc, sv), sv)
@@ -463,7 +468,7 @@ def _quant_tile(y, m, k, k0, M, K, amax, seed, offset,
     k0: the tile's first column (k = k0 + 0 .. BK). Returns (codes int32 [BM, BK], x_hat f32
     [BM, BK], scale bytes per block, tensor scale); CODES: the codes are written (_quant_elems)."""
     PER_TENSOR: tl.constexpr = SCALE == 0
-    s_enc, pts = _tensor_scales(amax, PER_TENSOR, RULE, NUM)
+    s_enc, s_dec = _tensor_scales(amax, PER_TENSOR, RULE, NUM)
     if PER_TENSOR:
         bad_elem = tl.broadcast_to(_nonfinite(amax), y.shape)
         mult = tl.broadcast_to(s_enc, y.shape)
@@ -472,7 +477,7 @@ def _quant_tile(y, m, k, k0, M, K, amax, seed, offset,
         ts = tl.where(_finite(amax), s_enc, float("nan"))
     else:
         bmax_bits = _block_max(tl.abs(y).to(tl.int32, bitcast=True), BM, BK, B, TILE2D)
-        sbytes, mult_b, sv, bad = _block_scales(bmax_bits, s_enc, pts, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
+        sbytes, mult_b, sv, bad = _block_scales(bmax_bits, s_enc, s_dec, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
                                                 S_GMAX, S_MIN, NANB)
         mult = _expand(mult_b, BM, BK, B, TILE2D)
         sval = _expand(sv, BM, BK, B, TILE2D)

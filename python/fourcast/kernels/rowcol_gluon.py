@@ -77,7 +77,15 @@ class Config(NamedTuple):
     one_lane: with blocks of 16, one lane holds a whole block in both layouts (a row block's
     8 words; a column block's 8 row pairs), so a block's amax needs no shuffle, its scale
     is computed once and an "sr16" group is drawn once; otherwise (and with blocks of 32) a
-    block spans B / 8 lanes."""
+    block spans B / 8 lanes.
+    loop: the `iters` tiles run in a loop that is not unrolled, each loading its words as it
+    starts. Unrolled (the default), the next tile's words are in flight under this one's
+    arithmetic, which takes registers: NVFP4 codes at 64 x 128 on 8 warps take 64 a thread at
+    one tile (four programs an SM) and 95 at two (two). Looped, a program's prologue (four
+    divisions for the tensor scales, the index tensors) is shared by its tiles at one tile's
+    registers, given maxnreg (its loop-invariant values would take more): offline SASS
+    (Triton 3.6, sass_count.py), instructions an element, NVFP4 codes 37.0 at one tile, 30.2
+    at eight looped under 64 registers, 29.7 under 80 (session 24; not yet timed)."""
 
     bm: int
     bk: int
@@ -85,6 +93,7 @@ class Config(NamedTuple):
     iters: int
     maxnreg: int | None = None
     one_lane: bool = True
+    loop: bool = False
 
 
 # The io floor's fastest tiles were 64 x 128 on 4 warps and 128 x 128 on 4 (67-68% of copy,
@@ -336,6 +345,113 @@ def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBIT
 
 
 @gluon.jit
+def _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, SIGNS_C, R, C, seed,
+          offset_r, offset_c, s_r, p_r, s_c, p_c, sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj,
+          EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr, BITS: gl.constexpr,
+          GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr, RULE: gl.constexpr, B: gl.constexpr,
+          S_EMIN: gl.constexpr, S_MBITS: gl.constexpr, S_GMAX: gl.constexpr, S_MIN: gl.constexpr,
+          NANB: gl.constexpr, FUSE_AMAX: gl.constexpr, XHAT_R_ON: gl.constexpr, XHAT_C_ON: gl.constexpr,
+          MODE_R: gl.constexpr, MODE_C: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, LR: gl.constexpr,
+          LC: gl.constexpr, RN_C: gl.constexpr, NORM_C: gl.constexpr, F32: gl.constexpr, RN_R: gl.constexpr,
+          NORM_R: gl.constexpr):
+    """_rowcol_kernel's work on one tile: its words e (rows 2i) and o (rows 2i + 1) from row
+    pair r0 on, both copies quantized and stored; the running amaxes (FUSE_AMAX) returned."""
+    SPLIT_AMAX: gl.constexpr = RN_R > 0 or RN_C > 0  # the copies' amaxes differ
+    # a decoded copy of unrotated bf16 takes its x_hat words' signs from the input words (a
+    # sign-magnitude grid: two's complement decodes a negative value's zero as +0)
+    WORD_SIGNS_R: gl.constexpr = XHAT_R_ON and RN_R == 0 and not F32 and not TWOS
+    WORD_SIGNS_C: gl.constexpr = XHAT_C_ON and RN_C == 0 and not F32 and not TWOS
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    WB: gl.constexpr = B // 2
+    # ---- the row copy
+    for half in gl.static_range(2):
+        v = e if half == 0 else o
+        lo, hi = _elems(v, F32)
+        if RN_R > 0:  # the RHT runs along a row block, in one thread
+            lo, hi = _rht_block(lo, hi, sign_lo, sign_hi, NORM_R, 2, LR)
+            m_lo = gl.max(lo.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+            m_hi = gl.max(hi.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
+        else:
+            m_lo, m_hi = _abs_max_elems(v, 2, F32)
+        bmax = gl.maximum(m_lo, m_hi)  # a row block's words are all its elements
+        if FUSE_AMAX:
+            tile_max = gl.maximum(tile_max, gl.max(gl.max(bmax, axis=1), axis=0))
+        sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
+                                          S_MIN, NANB)
+        # word k of a block holds its members 2k and 2k + 1 ("sr16": B / 16 groups a block)
+        counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 * (B // 16) + offset_r
+        codes, x_lo, x_hi = _quant_pair(lo, hi, mult, sv, bad, s_r, seed, counter, 2 * k, 2, EMIN, MBITS, FIXED,
+                                        TWOS, BITS, GMAX, MODE_R, B, not XHAT_R_ON, not WORD_SIGNS_R)
+        if XHAT_R_ON:
+            XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
+            if WORD_SIGNS_R:  # a word's two elements share their row block
+                xw = _signed_words(x_lo, x_hi, v, gl.expand_dims(_sign_mask(bad, bad), 2),
+                                   XHAT_R.dtype.element_ty)
+            else:
+                xw = _word(x_lo, x_hi, XHAT_R.dtype.element_ty)
+            gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, xw)
+        else:
+            gl.store(CODES_R + (2 * (r0 + i) + half) * (C // 2) + w, codes)
+            gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // B) + g2, sb.to(gl.uint8))
+    # ---- the column copy: words to a column block a thread (one lane), else 4 row pairs
+    ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
+    oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
+    e_lo, e_hi = _elems(ec, F32)
+    o_lo, o_hi = _elems(oc, F32)
+    if RN_C > 0:  # the RHT runs down a column block: rows 2p and 2p + 1 take signs 2p and 2p + 1
+        sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
+        sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
+        e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC)
+        e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC)
+        m_lo = _abs_max_col(e_lo, o_lo)
+        m_hi = _abs_max_col(e_hi, o_hi)
+        if FUSE_AMAX:
+            tile_max_c = gl.maximum(tile_max_c, gl.max(gl.max(gl.maximum(m_lo, m_hi), axis=1), axis=0))
+    else:
+        if F32:  # element columns 2w (the words' lower elements) and 2w + 1
+            me_lo, me_hi = _abs_max_elems(ec, 1, True)
+            mo_lo, mo_hi = _abs_max_elems(oc, 1, True)
+            m_lo = gl.maximum(me_lo, mo_lo)
+            m_hi = gl.maximum(me_hi, mo_hi)
+        else:  # element columns 2w (the words' low halves) and 2w + 1 from one halfword max
+            m = _max_u16x2(_abs_max16(ec, 1), _abs_max16(oc, 1))
+            m_lo = m << 16
+            m_hi = m & -65536
+        if FUSE_AMAX and SPLIT_AMAX:  # a row RHT: the column copy's amax is the input's
+            tile_max_c = gl.maximum(tile_max_c, gl.max(gl.max(gl.maximum(m_lo, m_hi), axis=1), axis=0))
+    # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" groups are
+    # its blocks' 16-row runs
+    counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j * (B // 16) + offset_c
+    b_lo, s_lo, xe_lo, xo_lo, bad_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS,
+                                                 FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
+                                                 S_GMAX, S_MIN, NANB, MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
+    b_hi, s_hi, xe_hi, xo_hi, bad_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN,
+                                                 MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN,
+                                                 S_MBITS, S_GMAX, S_MIN, NANB, MODE_C, B, not XHAT_C_ON,
+                                                 not WORD_SIGNS_C)
+    if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
+        XC_OUT = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
+        if WORD_SIGNS_C:  # a row pair's x_hat words sit where its input words do; a word's
+            mask = gl.expand_dims(_sign_mask(bad_lo, bad_hi), 1)  # halves: two column blocks
+            we = _signed_words(xe_lo, xe_hi, ec, mask, XHAT_C.dtype.element_ty)
+            wo = _signed_words(xo_lo, xo_hi, oc, mask, XHAT_C.dtype.element_ty)
+        else:
+            we = _word(xe_lo, xe_hi, XHAT_C.dtype.element_ty)
+            wo = _word(xo_lo, xo_hi, XHAT_C.dtype.element_ty)
+        we = gl.convert_layout(gl.reshape(gl.reshape(we, [H, W]), [H, W // WB, WB]), LR)
+        wo = gl.convert_layout(gl.reshape(gl.reshape(wo, [H, W]), [H, W // WB, WB]), LR)
+        gl.store(XC_OUT + (2 * (r0 + i)) * (C // 2) + w, we)
+        gl.store(XC_OUT + (2 * (r0 + i) + 1) * (C // 2) + w, wo)
+    else:
+        gl.store(CODES_C + (2 * wc) * (R // 2) + r0 + ic, b_lo)
+        gl.store(CODES_C + (2 * wc + 1) * (R // 2) + r0 + ic, b_hi)
+        gl.store(SCALES_C + (2 * wj) * (R // B) + r0 // WB + j, s_lo)
+        gl.store(SCALES_C + (2 * wj + 1) * (R // B) + r0 // WB + j, s_hi)
+    return tile_max, tile_max_c
+
+
+@gluon.jit
 def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT,
                    SIGNS_R, SIGNS_C, R, C, seed, offset_r, offset_c,
                    EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr,
@@ -347,13 +463,14 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
                    ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
                    NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False, RN_R: gl.constexpr = 0,
-                   NORM_R: gl.constexpr = 1.0):
+                   NORM_R: gl.constexpr = 1.0, LOOP: gl.constexpr = False):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
-    from pid_r * ITERS * BM on, loading tile it + 1 before it quantizes tile it (as strip.py's
-    ITERS); a tile is H row pairs of W words, with blocks of WB words (row copy) or WB row
-    pairs (column copy). FUSE_AMAX: formats without a tensor scale record the amax (bits, an
-    atomic max a program) at AMAX_BITS[0]: both copies' without an RHT, else the row copy's,
-    and the column copy's at AMAX_BITS[1]. XHAT_R_ON /
+    from pid_r * ITERS * BM on (_tile each), unrolled, loading tile it + 1 before it quantizes
+    tile it (as strip.py's ITERS), or with LOOP in a loop that is not unrolled, each tile's
+    words loaded as it starts (Config.loop says why); a tile is H row pairs of W words, with
+    blocks of WB words (row copy) or WB row pairs (column copy). FUSE_AMAX: formats without a
+    tensor scale record the amax (bits, an atomic max a program) at AMAX_BITS[0]: both copies'
+    without an RHT, else the row copy's, and the column copy's at AMAX_BITS[1]. XHAT_R_ON /
     XHAT_C_ON: that copy is written decoded (unscaled x_hat, value x block scale, exact in
     the 16-bit type of XHAT_R / XHAT_C, in x's orientation: two a word) instead of as codes
     and scale bytes. MODE_R / MODE_C, each copy's rounding: 0 round-to-nearest-even, 4 "sr16"
@@ -367,10 +484,6 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE and RN_C == 0), "a row RHT is one block in one lane")
     SPLIT_AMAX: gl.constexpr = RN_R > 0 or RN_C > 0  # the copies' amaxes differ
-    # a decoded copy of unrotated bf16 takes its x_hat words' signs from the input words (a
-    # sign-magnitude grid: two's complement decodes a negative value's zero as +0)
-    WORD_SIGNS_R: gl.constexpr = XHAT_R_ON and RN_R == 0 and not F32 and not TWOS
-    WORD_SIGNS_C: gl.constexpr = XHAT_C_ON and RN_C == 0 and not F32 and not TWOS
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = B // 2
@@ -396,104 +509,41 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     wj = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, :]
     XW = X.to(gl.pointer_type(gl.int64 if F32 else gl.int32), bitcast=True)
     t0 = pid_r * ITERS
-    e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
-    o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
     tile_max = 0
     tile_max_c = 0  # the column copy's, where an RHT makes it differ
     if RN_R > 0:  # word k of a row block holds its elements 2k and 2k + 1: their signs
         sign_lo = gl.load(SIGNS_R + 2 * k).to(gl.float64)
         sign_hi = gl.load(SIGNS_R + 2 * k + 1).to(gl.float64)
-    for it in gl.static_range(ITERS):
-        e = e_next
-        o = o_next
-        r0 = (t0 + it) * H  # the tile's first row pair
-        if it + 1 < ITERS:  # the next tile's words, in flight while this one is quantized
-            e_next = gl.load(XW + (2 * (r0 + H + i)) * (C // 2) + w)
-            o_next = gl.load(XW + (2 * (r0 + H + i) + 1) * (C // 2) + w)
-        # ---- the row copy
-        for half in gl.static_range(2):
-            v = e if half == 0 else o
-            lo, hi = _elems(v, F32)
-            if RN_R > 0:  # the RHT runs along a row block, in one thread
-                lo, hi = _rht_block(lo, hi, sign_lo, sign_hi, NORM_R, 2, LR)
-                m_lo = gl.max(lo.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
-                m_hi = gl.max(hi.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
-            else:
-                m_lo, m_hi = _abs_max_elems(v, 2, F32)
-            bmax = gl.maximum(m_lo, m_hi)  # a row block's words are all its elements
-            if FUSE_AMAX:
-                tile_max = gl.maximum(tile_max, gl.max(gl.max(bmax, axis=1), axis=0))
-            sb, mult, sv, bad = _block_scales(bmax, s_r, p_r, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS, S_GMAX,
-                                              S_MIN, NANB)
-            # word k of a block holds its members 2k and 2k + 1 ("sr16": B / 16 groups a block)
-            counter = (2 * (r0 + i2) + half).to(gl.int64) * (C // 16) + g2 * (B // 16) + offset_r
-            codes, x_lo, x_hi = _quant_pair(lo, hi, mult, sv, bad, s_r, seed, counter, 2 * k, 2, EMIN, MBITS, FIXED,
-                                            TWOS, BITS, GMAX, MODE_R, B, not XHAT_R_ON, not WORD_SIGNS_R)
-            if XHAT_R_ON:
-                XW_OUT = XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True)
-                if WORD_SIGNS_R:  # a word's two elements share their row block
-                    xw = _signed_words(x_lo, x_hi, v, gl.expand_dims(_sign_mask(bad, bad), 2),
-                                       XHAT_R.dtype.element_ty)
-                else:
-                    xw = _word(x_lo, x_hi, XHAT_R.dtype.element_ty)
-                gl.store(XW_OUT + (2 * (r0 + i) + half) * (C // 2) + w, xw)
-            else:
-                gl.store(CODES_R + (2 * (r0 + i) + half) * (C // 2) + w, codes)
-                gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // B) + g2, sb.to(gl.uint8))
-        # ---- the column copy: words to a column block a thread (one lane), else 4 row pairs
-        ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
-        oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
-        e_lo, e_hi = _elems(ec, F32)
-        o_lo, o_hi = _elems(oc, F32)
-        if RN_C > 0:  # the RHT runs down a column block: rows 2p and 2p + 1 take signs 2p and 2p + 1
-            sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
-            sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
-            e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC)
-            e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC)
-            m_lo = _abs_max_col(e_lo, o_lo)
-            m_hi = _abs_max_col(e_hi, o_hi)
-            if FUSE_AMAX:
-                tile_max_c = gl.maximum(tile_max_c, gl.max(gl.max(gl.maximum(m_lo, m_hi), axis=1), axis=0))
-        else:
-            if F32:  # element columns 2w (the words' lower elements) and 2w + 1
-                me_lo, me_hi = _abs_max_elems(ec, 1, True)
-                mo_lo, mo_hi = _abs_max_elems(oc, 1, True)
-                m_lo = gl.maximum(me_lo, mo_lo)
-                m_hi = gl.maximum(me_hi, mo_hi)
-            else:  # element columns 2w (the words' low halves) and 2w + 1 from one halfword max
-                m = _max_u16x2(_abs_max16(ec, 1), _abs_max16(oc, 1))
-                m_lo = m << 16
-                m_hi = m & -65536
-            if FUSE_AMAX and SPLIT_AMAX:  # a row RHT: the column copy's amax is the input's
-                tile_max_c = gl.maximum(tile_max_c, gl.max(gl.max(gl.maximum(m_lo, m_hi), axis=1), axis=0))
-        # element columns 2w (the words' low halves) and 2w + 1; a column's "sr16" groups are
-        # its blocks' 16-row runs
-        counter = (2 * wj).to(gl.int64) * (R // 16) + r0 // 8 + j * (B // 16) + offset_c
-        b_lo, s_lo, xe_lo, xo_lo, bad_lo = _col_half(e_lo, o_lo, m_lo, s_c, p_c, seed, counter, p, EMIN, MBITS,
-                                                     FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN, S_MBITS,
-                                                     S_GMAX, S_MIN, NANB, MODE_C, B, not XHAT_C_ON, not WORD_SIGNS_C)
-        b_hi, s_hi, xe_hi, xo_hi, bad_hi = _col_half(e_hi, o_hi, m_hi, s_c, p_c, seed, counter + R // 16, p, EMIN,
-                                                     MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, S_EMIN,
-                                                     S_MBITS, S_GMAX, S_MIN, NANB, MODE_C, B, not XHAT_C_ON,
-                                                     not WORD_SIGNS_C)
-        if XHAT_C_ON:  # back to the row layout, to store rows of x's orientation
-            XC_OUT = XHAT_C.to(gl.pointer_type(gl.int32), bitcast=True)
-            if WORD_SIGNS_C:  # a row pair's x_hat words sit where its input words do; a word's
-                mask = gl.expand_dims(_sign_mask(bad_lo, bad_hi), 1)  # halves: two column blocks
-                we = _signed_words(xe_lo, xe_hi, ec, mask, XHAT_C.dtype.element_ty)
-                wo = _signed_words(xo_lo, xo_hi, oc, mask, XHAT_C.dtype.element_ty)
-            else:
-                we = _word(xe_lo, xe_hi, XHAT_C.dtype.element_ty)
-                wo = _word(xo_lo, xo_hi, XHAT_C.dtype.element_ty)
-            we = gl.convert_layout(gl.reshape(gl.reshape(we, [H, W]), [H, W // WB, WB]), LR)
-            wo = gl.convert_layout(gl.reshape(gl.reshape(wo, [H, W]), [H, W // WB, WB]), LR)
-            gl.store(XC_OUT + (2 * (r0 + i)) * (C // 2) + w, we)
-            gl.store(XC_OUT + (2 * (r0 + i) + 1) * (C // 2) + w, wo)
-        else:
-            gl.store(CODES_C + (2 * wc) * (R // 2) + r0 + ic, b_lo)
-            gl.store(CODES_C + (2 * wc + 1) * (R // 2) + r0 + ic, b_hi)
-            gl.store(SCALES_C + (2 * wj) * (R // B) + r0 // WB + j, s_lo)
-            gl.store(SCALES_C + (2 * wj + 1) * (R // B) + r0 // WB + j, s_hi)
+    else:
+        sign_lo = 0.0
+        sign_hi = 0.0
+    if LOOP:  # a loop, not unrolled: the prologue shared by ITERS tiles, no words in flight across them
+        for it in range(ITERS):
+            r0 = (t0 + it) * H
+            e = gl.load(XW + (2 * (r0 + i)) * (C // 2) + w)
+            o = gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
+            tile_max, tile_max_c = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
+                                         XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c,
+                                         sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS, FIXED,
+                                         TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN,
+                                         NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR, LC,
+                                         RN_C, NORM_C, F32, RN_R, NORM_R)
+    else:
+        e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
+        o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
+        for it in gl.static_range(ITERS):
+            e = e_next
+            o = o_next
+            r0 = (t0 + it) * H  # the tile's first row pair
+            if it + 1 < ITERS:  # the next tile's words, in flight while this one is quantized
+                e_next = gl.load(XW + (2 * (r0 + H + i)) * (C // 2) + w)
+                o_next = gl.load(XW + (2 * (r0 + H + i) + 1) * (C // 2) + w)
+            tile_max, tile_max_c = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
+                                         XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c,
+                                         sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS, FIXED,
+                                         TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN,
+                                         NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR, LC,
+                                         RN_C, NORM_C, F32, RN_R, NORM_R)
     if FUSE_AMAX:
         gl.atomic_max(AMAX_BITS, tile_max)
         if SPLIT_AMAX:
@@ -639,7 +689,8 @@ def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     drop = ("TILE2D", "MODE")  # the modes are per copy: MODE_R, MODE_C
     launch = dict(num_warps=config.warps, **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=config.bm, BK=config.bk,
-                NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config), **launch)
+                NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config),
+                LOOP=config.loop, **launch)
 
 
 def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
