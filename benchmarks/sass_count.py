@@ -155,7 +155,7 @@ def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = 
     looped = ""
     if cfg.loop:  # the loop body runs ITERS times
         n += (iters - 1) * len(main_loop(sass))
-        looped = f" looped maxnreg {cfg.maxnreg}"
+        looped = f" looped maxnreg {cfg.maxnreg}" + (f" {cfg.stages} stages" if cfg.stages else "")
     out = "+".join(("x_hat unscaled" if on else "codes") for on in (xhat_r, xhat_c))
     return dict(kernel=f"rowcol gluon {bm}x{bk} {warps}w x{iters}{looped}", fmt=fmt,
                 rounding=_roundings(rounding, rounding_c), rht=rn_r or rn_c, out=out, instr=n, per_elem=n / elems,
@@ -203,7 +203,8 @@ def main() -> None:
         rows.append(gluon(mx, xhat_r=True, rounding="rtne", rounding_c="sr16", rn_r=32))
         from fourcast.kernels import rowcol_gluon as rg
 
-        for cfg in (rg.Config(64, 128, 8, 8, 64, True, True), rg.Config(64, 128, 8, 8, 80, True, True)):  # looped
+        for cfg in (rg.Config(64, 128, 8, 8, 64, True, True), rg.Config(64, 128, 8, 8, 80, True, True),
+                    rg.Config(64, 128, 8, 8, 80, True, True, 2)):  # looped
             rows.append(gluon("e2m1/e4m3/16/te", cfg=cfg))
             rows.append(gluon("e2m1/ue5m3/16/te", xhat_r=True, cfg=cfg))
             rows.append(gluon("e2m1/ue5m3/16/te", xhat_r=True, xhat_c=True, rounding="sr16", cfg=cfg))

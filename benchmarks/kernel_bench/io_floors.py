@@ -12,7 +12,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 
-from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+
+from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _words_async
 
 from kernel_bench.harness import DEV, QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
 
@@ -174,13 +176,14 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
 
 @gluon.jit
 def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
-                        NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr):
+                        NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr, STAGES: gl.constexpr):
     """The floor of rowcol_gluon's packed and X calls in that kernel's own one-lane layouts and
     stores (blocks of 16: a thread holds a row block's 8 words, then a column block's 8 row
     pairs): code bytes are stand-in nibbles, x_hat the input words, and a scale byte the low
     byte of its block's largest word, reduced in the thread that holds the block as the
     kernel's block amax is (where _io_rowcol_gluon_kernel loads stand-ins: 79% more L2 reads,
-    session 23). ITERS row tiles a program in a loop (rowcol_gluon.Config.loop)."""
+    session 23). ITERS row tiles a program in a loop (rowcol_gluon.Config.loop), their words
+    loaded as each starts or, STAGES > 0, STAGES - 1 tiles ahead by cp.async (Config.stages)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     LR: gl.constexpr = _row_layout(W, 8, NW, True)
@@ -199,10 +202,25 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
     j = gl.arange(0, H // 8, layout=gl.SliceLayout(1, gl.SliceLayout(1, LC)))[:, None]
     wj = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, :]
     XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    t0 = pid_r * ITERS
+    if STAGES > 0:
+        SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
+        buf_e = gl.allocate_shared_memory(gl.int32, [STAGES, H, W // 8, 8], SL)
+        buf_o = gl.allocate_shared_memory(gl.int32, [STAGES, H, W // 8, 8], SL)
+        for s in gl.static_range(STAGES - 1):
+            _words_async(buf_e.index(s), buf_o.index(s), XW, (t0 + s) * H, i, w, C, s < ITERS)
     for it in range(ITERS):
-        r0 = (pid_r * ITERS + it) * H
-        e = gl.load(XW + (2 * (r0 + i)) * (C // 2) + w)
-        o = gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
+        r0 = (t0 + it) * H
+        if STAGES > 0:
+            ahead = it + STAGES - 1
+            _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (t0 + ahead) * H, i, w, C,
+                         ahead < ITERS)
+            async_copy.wait_group(STAGES - 1)
+            e = buf_e.index(it % STAGES).load(LR)
+            o = buf_o.index(it % STAGES).load(LR)
+        else:
+            e = gl.load(XW + (2 * (r0 + i)) * (C // 2) + w)
+            o = gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
         for half in gl.static_range(2):
             v = e if half == 0 else o
             row = 2 * (r0 + i) + half
@@ -302,17 +320,19 @@ def io_floors():
                     col_ok = torch.equal(xc, x) if name.startswith("dY") else _io_gluon_copy_ok(x.t(), cc, sc)
                     RES["checks"].append(dict(what=f"io floor {name} {bm}x{bk} {w} warps {r}x{c}: every word and "
                                               "byte where it belongs", ok=bool(torch.equal(xr, x) and col_ok)))
-        for (bm, bk, w), iters, (name, copies, xhat_r) in itertools.product(
-                ONE_LANE_TILES, (1, 8), (("packed", 2, False), ("X: decoded row + packed col", (1, 1), True))):
+        for (bm, bk, w), (iters, stages), (name, copies, xhat_r) in itertools.product(
+                ONE_LANE_TILES, ((1, 0), (8, 0), (8, 2)),
+                (("packed", 2, False), ("X: decoded row + packed col", (1, 1), True))):
             if left() < 20:
                 return
             grid = (r // (bm * iters), c // bk)
 
-            def fn(grid=grid, bm=bm, bk=bk, w=w, xhat_r=xhat_r, iters=iters):
+            def fn(grid=grid, bm=bm, bk=bk, w=w, xhat_r=xhat_r, iters=iters, stages=stages):
                 _io_one_lane_kernel[grid](x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=xhat_r,
-                                          ITERS=iters, num_warps=w)
-            label = f"io floor one lane {name} {bm}x{bk} {w} warps x{iters}{' looped' if iters > 1 else ''}"
-            time_quantizer(label, (r, c), copies, None if xhat_r else False, fn, tile=[bm, bk, w, iters])
+                                          ITERS=iters, STAGES=stages, num_warps=w)
+            label = (f"io floor one lane {name} {bm}x{bk} {w} warps x{iters}{' looped' if iters > 1 else ''}"
+                     + (f", {stages} stages" if stages else ""))
+            time_quantizer(label, (r, c), copies, None if xhat_r else False, fn, tile=[bm, bk, w, iters, stages])
             for t in (cr, sr, xr, cc, sc):
                 t.zero_()
             fn()

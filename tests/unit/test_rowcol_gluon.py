@@ -55,7 +55,11 @@ print(json.dumps(dict(local=spilled, regs=int(re.search(r"REG:(\d+)", res).group
                       st_v2=len(re.findall(r"st\.global(?:\.\w+)*\.v2\.b32", ptx)),
                       shfl=len(re.findall(r"shfl\.sync", ptx)),
                       st_v4=len(re.findall(r"st\.global(?:\.\w+)*\.v4\.b32", ptx)),
-                      atom=len(re.findall(r"atom\.global(?:\.\w+)*\.max", ptx)))))
+                      atom=len(re.findall(r"atom\.global(?:\.\w+)*\.max", ptx)),
+                      cp_async_16=len(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]+\], \[[^\]]+\], 0x10", ptx)),
+                      commit=ptx.count("cp.async.commit_group"),
+                      wait=[int(n) for n in re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx)],
+                      ld_global=len(re.findall(r"ld\.global", ptx)))))
 """
 
 
@@ -153,6 +157,24 @@ def test_looped_tiles_compile_into_a_loop(fmt, kw):
     if fmt == "nvfp4":
         assert k["st_v2"] == per_tile // 8  # code bytes of one tile, 8 a store
     assert k["atom"] == (1 if fmt == "mxfp4" else 0)  # once a program, after the loop
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("fmt,kw", [("nvfp4", {}), ("ue5m3", dict(xhat=True)), ("nvfp4", dict(f32=True))])
+def test_looped_tiles_copy_ahead_through_shared_memory(fmt, kw, stages):
+    """Config.stages: the loop's words come through shared memory by cp.async, 16 bytes a copy,
+    STAGES - 1 tiles ahead (a commit group a tile: the copies before the loop and one an
+    iteration; wait_group leaves STAGES - 1 pending); no global load of x left but the two
+    amaxes; at 80 registers nothing spills (NVFP4 codes, the X call, Triton 3.6 and 3.9)."""
+    cfg = rg.Config(64, 128, 8, 8, 80, True, True, stages)
+    k = _compiled(fmt, cfg, **kw)
+    per_tile = cfg.bm * cfg.bk // (32 * cfg.warps)  # elements a thread
+    words_bytes = per_tile * (4 if kw.get("f32") else 2)
+    assert k["cp_async_16"] == stages * words_bytes // 16  # the prologue's stages - 1 tiles and the loop's one
+    assert k["commit"] == stages and k["wait"] == [stages - 1]
+    assert k["ld_global"] == 2 and k["regs"] <= 80
+    if not kw.get("f32"):
+        assert k["local"] == 0
 
 
 def test_sr16_dy_call_compiles_without_spills():

@@ -67,6 +67,7 @@ import torch
 import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from fourcast.kernels.quantize import _block_scales, _quant_elems, _tensor_scales
 
@@ -85,7 +86,12 @@ class Config(NamedTuple):
     divisions for the tensor scales, the index tensors) is shared by its tiles at one tile's
     registers, given maxnreg (its loop-invariant values would take more): offline SASS
     (Triton 3.6, sass_count.py), instructions an element, NVFP4 codes 37.0 at one tile, 30.2
-    at eight looped under 64 registers, 29.7 under 80 (session 24; not yet timed)."""
+    at eight looped under 64 registers, 29.7 under 80 (session 24; not yet timed).
+    stages (looped): 0, each tile's words loaded into registers as it starts; 2 or 3, the next
+    stages - 1 tiles' words on their way to shared memory (cp.async, a thread copying the
+    words it will read) while this one is quantized, where the unrolled form's prefetch took
+    registers: 32-48 KB of shared memory a program, 8 warps at 80 registers (three programs
+    an SM) without spills for the packed and X calls."""
 
     bm: int
     bk: int
@@ -94,6 +100,7 @@ class Config(NamedTuple):
     maxnreg: int | None = None
     one_lane: bool = True
     loop: bool = False
+    stages: int = 0
 
 
 # The io floor's fastest tiles were 64 x 128 on 4 warps and 128 x 128 on 4 (67-68% of copy,
@@ -344,6 +351,23 @@ def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBIT
     return codes, sb.to(gl.uint8), x_e, x_o, bad
 
 
+# cp.async global -> shared: Triton 3.6 names it async_copy_global_to_shared, later releases
+# async_load (the old name raises there)
+_async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
+
+@gluon.jit
+def _words_async(buf_e, buf_o, XW, r0, i, w, C, valid):
+    """Copy a tile's words (rows 2i and 2i + 1 from row pair r0 on) into buf_e and buf_o
+    without registers (cp.async, 16 bytes a copy), as one commit group; nothing where not
+    valid. Each thread copies the words it will load: the shared layout puts a word at the
+    same place whichever thread writes or reads it, so its own wait_group orders them."""
+    on = (i * 0 + w * 0 + (r0 * 0 + valid)) != 0  # valid: a bool or an i1 scalar
+    _async_load(buf_e, XW + (2 * (r0 + i)) * (C // 2) + w, mask=on)
+    _async_load(buf_o, XW + (2 * (r0 + i) + 1) * (C // 2) + w, mask=on)
+    async_copy.commit_group()
+
+
 @gluon.jit
 def _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, SIGNS_C, R, C, seed,
           offset_r, offset_c, s_r, p_r, s_c, p_c, sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj,
@@ -463,11 +487,12 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
                    ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
                    NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False, RN_R: gl.constexpr = 0,
-                   NORM_R: gl.constexpr = 1.0, LOOP: gl.constexpr = False):
+                   NORM_R: gl.constexpr = 1.0, LOOP: gl.constexpr = False, STAGES: gl.constexpr = 0):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on (_tile each), unrolled, loading tile it + 1 before it quantizes
     tile it (as strip.py's ITERS), or with LOOP in a loop that is not unrolled, each tile's
-    words loaded as it starts (Config.loop says why); a tile is H row pairs of W words, with
+    words loaded as it starts or, with STAGES, STAGES - 1 tiles ahead through shared memory
+    (Config.loop and Config.stages say why); a tile is H row pairs of W words, with
     blocks of WB words (row copy) or WB row pairs (column copy). FUSE_AMAX: formats without a
     tensor scale record the amax (bits, an atomic max a program) at AMAX_BITS[0]: both copies'
     without an RHT, else the row copy's, and the column copy's at AMAX_BITS[1]. XHAT_R_ON /
@@ -517,11 +542,25 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     else:
         sign_lo = 0.0
         sign_hi = 0.0
-    if LOOP:  # a loop, not unrolled: the prologue shared by ITERS tiles, no words in flight across them
+    if LOOP:  # a loop, not unrolled: the prologue shared by ITERS tiles
+        if STAGES > 0:  # the next STAGES - 1 tiles' words in flight to shared memory (cp.async)
+            SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
+            buf_e = gl.allocate_shared_memory(XW.dtype.element_ty, [STAGES, H, W // WB, WB], SL)
+            buf_o = gl.allocate_shared_memory(XW.dtype.element_ty, [STAGES, H, W // WB, WB], SL)
+            for s in gl.static_range(STAGES - 1):
+                _words_async(buf_e.index(s), buf_o.index(s), XW, (t0 + s) * H, i, w, C, s < ITERS)
         for it in range(ITERS):
             r0 = (t0 + it) * H
-            e = gl.load(XW + (2 * (r0 + i)) * (C // 2) + w)
-            o = gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
+            if STAGES > 0:
+                ahead = it + STAGES - 1
+                _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (t0 + ahead) * H, i, w, C,
+                             ahead < ITERS)
+                async_copy.wait_group(STAGES - 1)  # this thread's copies of tile it are done: it reads only those
+                e = buf_e.index(it % STAGES).load(LR)
+                o = buf_o.index(it % STAGES).load(LR)
+            else:
+                e = gl.load(XW + (2 * (r0 + i)) * (C // 2) + w)
+                o = gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
             tile_max, tile_max_c = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
                                          XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c,
                                          sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS, FIXED,
@@ -690,7 +729,7 @@ def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     launch = dict(num_warps=config.warps, **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=config.bm, BK=config.bk,
                 NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config),
-                LOOP=config.loop, **launch)
+                LOOP=config.loop, STAGES=config.stages, **launch)
 
 
 def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
