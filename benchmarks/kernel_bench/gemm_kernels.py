@@ -224,6 +224,37 @@ def gemm_rs_persistent():
             save()
 
 
+# _rs_kernel's decode partition at fewer registers, so the MMA warps get more (setmaxnreg: 160
+# at RS_CONFIG's 96, 176 at 80, 184 at 72): with more, ptxas (Triton 3.6's) leaves part of A's
+# next-step decode under the wgmmas, where at 160 all of it waits for them (offline SASS,
+# session 24: 0, 10 and 21 of the 34 e4m3 conversions before the wgmma wait; no spills).
+RS_REG_CFGS = (RS_CFGS[0], (128, 128, 128, 8, 6, 8, 80, 128), (128, 128, 128, 8, 6, 8, 72, 128))
+
+
+@section("gemm_rs_regs: _rs_kernel's registers split between its partitions")
+def gemm_rs_regs():
+    """gemm's NVFP4/UFP4 route (_rs_kernel persistent, code words two steps ahead) at
+    RS_REG_CFGS, in alternation, each checked against the dequant route, at every GEMM shape;
+    --repeat samples."""
+    if SMOKE:
+        return  # Gluon: a GPU only
+    from fourcast.kernels import gemm_wgmma as gw
+
+    bf = RES["ceilings"].get("bf16", {})
+    for fname in ("nvfp4", "ufp4"):
+        for (m, n, k) in GEMM_SHAPES:
+            pa, pb, ref_c, plan, c = _operands(fname, m, n, k)
+            for sample in range(ARGS.repeat):
+                for cfg in RS_REG_CFGS:
+                    if left() < 20:
+                        return
+                    time_gemm_run("gemm_rs_regs", f"rs persistent ahead 2, decode registers {cfg[6]}",
+                                  lambda cfg=cfg: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg, ahead=2,
+                                                               persistent=True),
+                                  c, ref_c, (m, n, k), bf, fmt=fname, sample=sample)
+            save()
+
+
 @section("gemm_ue5m3_f16: UE5M3 operands decoded to f16 at an offset")
 def gemm_ue5m3_f16():
     """UE5M3 pairs decoded to bf16 (gk.UE5M3_F16 off: the route before session 16, _ws_kernel)

@@ -244,7 +244,8 @@ def test_gemm_triton_route_is_launch_packed(pair, monkeypatch):
 
 
 @pytest.mark.parametrize("cfg,ahead,persistent", [(None, 1, False), (None, 2, False),
-                                                  ((128, 128, 128, 8, 3, 8, 96, 128), 2, False), (None, 2, True)])
+                                                  ((128, 128, 128, 8, 3, 8, 96, 128), 2, False), (None, 2, True),
+                                                  ((128, 128, 128, 8, 6, 8, 72, 128), 2, True)])
 @pytest.mark.parametrize("pair", WGMMA_PAIRS)
 def test_gemm_rs_within_bound(pair, cfg, ahead, persistent):
     """The register-sourced kernel (gemm_wgmma._rs_kernel: A decoded into the MMA warpgroup's

@@ -77,7 +77,7 @@ hgmma = [ln for ln in sass if "HGMMA" in ln]
 print(json.dumps(dict(
     wgmma="wgmma.mma_async" in ptx, waits=re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx),
     st_shared="st.shared" in ptx, prmt="prmt" in ptx, shared=k.metadata.shared,
-    local=int(re.search(r"LOCAL:(\d+)", tool("cuobjdump", "-res-usage")).group(1)),
+    local=sum(int(re.search(m + r":(\d+)", tool("cuobjdump", "-res-usage")).group(1)) for m in ("LOCAL", "STACK")),
     hgmma=len(hgmma), hgmma_waiting=sum("gsb0" in ln for ln in hgmma),
     setmaxnreg=re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx),
     mbarrier_waits=len(re.findall(r"mbarrier\.try_wait", ptx)),
@@ -159,6 +159,14 @@ def test_register_sourced_kernel_takes_a_from_registers(pair, variant):
     loop = k["mma_loop"]
     assert loop["HGMMA"] > 0 and loop["STS"] == 0 and loop["LDS"] == 0, loop
     assert 0 < loop["LDG"] <= 8, loop
+
+def test_fewer_decode_registers_still_spill_nothing():
+    """_rs_kernel with its decode partition at 72 registers (the MMA warps then get 184, where
+    Triton 3.6's ptxas leaves part of A's next-step decode under the wgmmas: gemm_kernels.py's
+    RS_REG_CFGS, timed against RS_CONFIG): B's decoders and the MMA warps spill nothing."""
+    k = _compiled(("nvfp4", "nvfp4-2d"), (128, 128, 128, 8, 6, 8, 72, 128), "rs2p")
+    assert k["local"] == 0 and k["wgmma_register_a"] == k["ptx_wgmma"] > 0
+
 
 def test_the_timing_parts_leave_out_what_they_say():
     """PARTS 1 (decode side only) issues no wgmma; PARTS 2 (MMA side only) decodes nothing."""

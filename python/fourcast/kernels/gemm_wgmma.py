@@ -740,7 +740,12 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # (BM, BN, BK, GROUP_M, STAGES, decode warps, decode registers, kernel maxnreg) of _rs_kernel.
 # 8 decode warps at 96 registers (16 warps launch at 128) and a 6-slot ring: the fastest of
 # those tried (session 13, call 10; 4 slots within 0-3%, 4 decode warps at 128 under a 168
-# launch 8-25% slower).
+# launch 8-25% slower). The MMA warps then run at 160 registers (the SASS's setmaxnreg), and
+# Triton 3.6's ptxas places all of A's next-step decode after the wgmma wait, not under the
+# wgmmas as the source orders it; with the decoders at 80 or 72 (MMA warps 176 or 184) it
+# leaves 10 or 21 of its 34 conversions under them (session 24, offline SASS; the PTX has
+# them all before the wait; a loop of two steps an iteration, two operand sets, moved none).
+# benchmarks/kernel_bench gemm_rs_regs times those splits.
 RS_CONFIG = (128, 128, 128, 8, 6, 8, 96, 128)
 
 
