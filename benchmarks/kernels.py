@@ -30,7 +30,7 @@ from kernel_bench.against_peers import peers, peer_quant
 from kernel_bench.ceilings import meta, ceiling_copy, ceiling_gemm
 from kernel_bench.gemm import gemm_epilogue, gemm_bench, gemm_variants, gemm_fp8_idea
 from kernel_bench.gemm_kernels import (gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_rs_persistent,
-                                      gemm_ue5m3_f16)
+                                      gemm_rs_regs, gemm_ue5m3_f16)
 from kernel_bench.harness import ARGS, QSIZES, RES, T0, save
 from kernel_bench.timing import graphed, timing_methods
 from kernel_bench.io_floors import io_floors
@@ -44,7 +44,7 @@ STEPS = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors
          sr_stream, strip_iters, strip_tall, strip_gather, gemm_epilogue, decode_layout, layer_profiles, peers,
          peer_quant, gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
          qlinear_graphed, qlinear_bench, qlinear_host, linear_bench, gemm_fp8_idea, quant_configs, timing_methods, graphed,
-         gemm_rs_persistent]
+         gemm_rs_persistent, gemm_rs_regs]
 
 
 def table():
