@@ -745,7 +745,11 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # wgmmas as the source orders it; with the decoders at 80 or 72 (MMA warps 176 or 184) it
 # leaves 10 or 21 of its 34 conversions under them (session 24, offline SASS; the PTX has
 # them all before the wait; a loop of two steps an iteration, two operand sets, moved none).
-# benchmarks/kernel_bench gemm_rs_regs times those splits.
+# Likely why: the PTX's last use of a step's operands is the wgmma, so ptxas may give the next
+# step's the same registers, which the wgmma reads until the wait. A use after the wait (a
+# store behind a test that never passes) moved between 0 and all 34 under the wgmmas as the
+# store's form and the config changed, often with spills: too fragile to adopt untimed.
+# benchmarks/kernel_bench gemm_rs_regs times the register splits.
 RS_CONFIG = (128, 128, 128, 8, 6, 8, 96, 128)
 
 
