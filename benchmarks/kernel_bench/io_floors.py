@@ -14,7 +14,9 @@ from triton.experimental.gluon import language as gl
 
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _words_async
+from fourcast.kernels import rowcol_gluon as rg
+from fourcast.kernels.gemm import multiprocessors
+from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _row_tiles, _words_async
 
 from kernel_bench.harness import DEV, QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
 
@@ -176,14 +178,16 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
 
 @gluon.jit
 def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
-                        NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr, STAGES: gl.constexpr):
+                        NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr, STAGES: gl.constexpr,
+                        STRIDED: gl.constexpr):
     """The floor of rowcol_gluon's packed and X calls in that kernel's own one-lane layouts and
     stores (blocks of 16: a thread holds a row block's 8 words, then a column block's 8 row
     pairs): code bytes are stand-in nibbles, x_hat the input words, and a scale byte the low
     byte of its block's largest word, reduced in the thread that holds the block as the
     kernel's block amax is (where _io_rowcol_gluon_kernel loads stand-ins: 79% more L2 reads,
-    session 23). ITERS row tiles a program in a loop (rowcol_gluon.Config.loop), their words
-    loaded as each starts or, STAGES > 0, STAGES - 1 tiles ahead by cp.async (Config.stages)."""
+    session 23). ITERS row tiles a program in a loop (rowcol_gluon.Config.loop), or every
+    num_programs-th (STRIDED: Config.per_sm), their words loaded as each starts or, STAGES >
+    0, STAGES - 1 tiles ahead by cp.async (Config.stages)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     LR: gl.constexpr = _row_layout(W, 8, NW, True)
@@ -202,19 +206,19 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
     j = gl.arange(0, H // 8, layout=gl.SliceLayout(1, gl.SliceLayout(1, LC)))[:, None]
     wj = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, :]
     XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
-    t0 = pid_r * ITERS
+    first, step, count = _row_tiles(pid_r, R, BM, ITERS, STRIDED)
     if STAGES > 0:
         SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
         buf_e = gl.allocate_shared_memory(gl.int32, [STAGES, H, W // 8, 8], SL)
         buf_o = gl.allocate_shared_memory(gl.int32, [STAGES, H, W // 8, 8], SL)
         for s in gl.static_range(STAGES - 1):
-            _words_async(buf_e.index(s), buf_o.index(s), XW, (t0 + s) * H, i, w, C, s < ITERS)
-    for it in range(ITERS):
-        r0 = (t0 + it) * H
+            _words_async(buf_e.index(s), buf_o.index(s), XW, (first + s * step) * H, i, w, C, s < count)
+    for it in range(count):
+        r0 = (first + it * step) * H
         if STAGES > 0:
             ahead = it + STAGES - 1
-            _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (t0 + ahead) * H, i, w, C,
-                         ahead < ITERS)
+            _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (first + ahead * step) * H,
+                         i, w, C, ahead < count)
             async_copy.wait_group(STAGES - 1)
             e = buf_e.index(it % STAGES).load(LR)
             o = buf_o.index(it % STAGES).load(LR)
@@ -320,19 +324,22 @@ def io_floors():
                     col_ok = torch.equal(xc, x) if name.startswith("dY") else _io_gluon_copy_ok(x.t(), cc, sc)
                     RES["checks"].append(dict(what=f"io floor {name} {bm}x{bk} {w} warps {r}x{c}: every word and "
                                               "byte where it belongs", ok=bool(torch.equal(xr, x) and col_ok)))
-        for (bm, bk, w), (iters, stages), (name, copies, xhat_r) in itertools.product(
-                ONE_LANE_TILES, ((1, 0), (8, 0), (8, 2)),
+        for (bm, bk, w), (iters, stages, per_sm), (name, copies, xhat_r) in itertools.product(
+                ONE_LANE_TILES, ((1, 0, 0), (8, 0, 0), (8, 2, 0), (1, 0, 4), (1, 2, 3)),
                 (("packed", 2, False), ("X: decoded row + packed col", (1, 1), True))):
             if left() < 20:
                 return
-            grid = (r // (bm * iters), c // bk)
+            grid = rg.grid(r, c, rg.Config(bm, bk, w, iters, None, True, True, stages, per_sm),
+                           multiprocessors(x.device))
 
-            def fn(grid=grid, bm=bm, bk=bk, w=w, xhat_r=xhat_r, iters=iters, stages=stages):
+            def fn(grid=grid, bm=bm, bk=bk, w=w, xhat_r=xhat_r, iters=iters, stages=stages, per_sm=per_sm):
                 _io_one_lane_kernel[grid](x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=xhat_r,
-                                          ITERS=iters, STAGES=stages, num_warps=w)
-            label = (f"io floor one lane {name} {bm}x{bk} {w} warps x{iters}{' looped' if iters > 1 else ''}"
+                                          ITERS=iters, STAGES=stages, STRIDED=per_sm > 0, num_warps=w)
+            label = (f"io floor one lane {name} {bm}x{bk} {w} warps "
+                     + (f"{per_sm} an SM, grid-stride" if per_sm else f"x{iters}{' looped' if iters > 1 else ''}")
                      + (f", {stages} stages" if stages else ""))
-            time_quantizer(label, (r, c), copies, None if xhat_r else False, fn, tile=[bm, bk, w, iters, stages])
+            time_quantizer(label, (r, c), copies, None if xhat_r else False, fn,
+                           tile=[bm, bk, w, iters, stages, per_sm])
             for t in (cr, sr, xr, cc, sc):
                 t.zero_()
             fn()

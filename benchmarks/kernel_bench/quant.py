@@ -22,12 +22,13 @@ from kernel_bench.harness import (
 
 
 # rowcol_gluon.Config fields: (BM, BK, warps, row tiles a program, maxnreg, one lane a block of
-# 16, looped, cp.async stages). The looped tiles (session 24, not yet timed): eight tiles a
-# program in a loop at 64 registers (four programs an SM, as the default; a few bytes spilled)
-# and at 80 (three), and at 80 with the next one or two tiles' words copied ahead (cp.async).
+# 16, looped, cp.async stages, programs an SM). The looped tiles (session 24, not yet timed):
+# eight row tiles a program in a loop under 64 registers (four programs an SM, as the default;
+# a few bytes spilled); a grid-stride loop at four programs an SM under 64 registers, and at
+# three under 80 with the next one or two tiles' words copied ahead (cp.async).
 GLUON_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 128, 4, 1, None, True),
-               (64, 128, 8, 8, 64, True, True), (64, 128, 8, 8, 80, True, True), (64, 128, 8, 8, 80, True, True, 2),
-               (64, 128, 8, 8, 80, True, True, 3))
+               (64, 128, 8, 8, 64, True, True), (64, 128, 8, 1, 64, True, True, 0, 4),
+               (64, 128, 8, 1, 80, True, True, 2, 3), (64, 128, 8, 1, 80, True, True, 3, 3))
 
 
 @section("rowcol gluon: the Gluon row+col quantizer per tile, against the strip kernel")
@@ -111,6 +112,7 @@ def rowcol_gluon():
                         lanes = ", one lane a block" if len(tile) > 5 and tile[5] else ""
                         looped = f", looped, maxnreg {tile[4]}" if len(tile) > 6 and tile[6] else ""
                         looped += f", {tile[7]} stages" if len(tile) > 7 and tile[7] else ""
+                        looped += f", {tile[8]} an SM" if len(tile) > 8 and tile[8] else ""
                         label = f"{name} [gluon {tile[0]}x{tile[1]} {tile[2]} warps x{tile[3]}{lanes}{looped}]"
                         t = time_quantizer(label, shape, copies, xhat, lambda fn=fn: on_route("gluon", fn),
                                            src_bytes=src_bytes, tile=list(tile), sample=sample)

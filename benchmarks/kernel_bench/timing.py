@@ -131,8 +131,8 @@ def _table(out):
 
 
 # graphed's tiles: the default (None: config_for's) and session 24's looped ones (quant.GLUON_TILES)
-GRAPHED_TILES = (None, (64, 128, 8, 8, 64, True, True), (64, 128, 8, 8, 80, True, True),
-                 (64, 128, 8, 8, 80, True, True, 2))
+GRAPHED_TILES = (None, (64, 128, 8, 8, 64, True, True), (64, 128, 8, 1, 64, True, True, 0, 4),
+                 (64, 128, 8, 1, 80, True, True, 2, 3))
 
 
 @section("graphed: the quantizer calls and their peers as GPU time (CUDA graph replay)")

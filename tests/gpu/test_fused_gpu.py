@@ -420,7 +420,7 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
 # the looped tiles (Config.loop) the benchmarks time
 GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1), (64, 128, 4, 1),
                (64, 128, 8, 8, 64, True, True), (64, 128, 8, 4, 80, True, True), (64, 128, 8, 4, 80, True, True, 2),
-               (64, 128, 8, 4, 80, True, True, 3)]
+               (64, 128, 8, 4, 80, True, True, 3), (64, 128, 8, 1, 80, True, True, 2, 3)]
 
 
 @pytest.mark.parametrize("tile", GLUON_TILES)
@@ -442,19 +442,21 @@ def test_rowcol_gluon_tiles_equal_reference(name, rounding, tile, monkeypatch):
     testing.check_rowcol(x, f, rounding, rounding, 3, 2**32 + 80)
 
 
-@pytest.mark.parametrize("stages", [0, 2])
+@pytest.mark.parametrize("stages,per_sm", [(0, 0), (2, 0), (2, 3)])
 @pytest.mark.parametrize("call", ["x", "dy", "fuse", "te_dy", "mx_x", "f32"])
-def test_rowcol_gluon_looped_calls_equal_reference(call, stages, monkeypatch):
-    """A looped program (Config.loop: four row tiles, each loading its words as it starts, or
-    with 2 stages the next tile's copied ahead through shared memory) on the calls whose paths
-    differ from packed RTNE codes: the X call (decoded row), the dY call (both decoded,
-    "sr16"), a fused amax (MXFP4: the running maximum across the loop), TE's dY call (column
-    RHT16 + "sr16"), MXFP4's X call (row RHT32, "sr16" column; blocks of 32 in one lane take 4
-    warps) and an f32 input: the reference's bits, the call routed to the Gluon kernel there."""
+def test_rowcol_gluon_looped_calls_equal_reference(call, stages, per_sm, monkeypatch):
+    """A looped program (Config.loop: four row tiles, each loading its words as it starts; with
+    2 stages the next tile's copied ahead through shared memory; per_sm 3: a grid-stride loop,
+    1-2 row tiles a program on 512 x 8192) on the calls whose paths differ from packed RTNE
+    codes: the X call (decoded row), the dY call (both decoded, "sr16"), a fused amax (MXFP4:
+    the running maximum across the loop), TE's dY call (column RHT16 + "sr16"), MXFP4's X call
+    (row RHT32, "sr16" column; blocks of 32 in one lane take 4 warps) and an f32 input: the
+    reference's bits, the call routed to the Gluon kernel there."""
     _hopper()
     from fourcast.kernels import ops
 
-    tile = (64, 128, 4, 4, None, True, True, stages) if call == "mx_x" else (64, 128, 8, 4, 80, True, True, stages)
+    warps, maxnreg = (4, None) if call == "mx_x" else (8, 80)
+    tile = (64, 128, warps, 4, maxnreg, True, True, stages, per_sm)
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "gluon")
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol_gluon", tile)
     routes, plan = [], qk._rowcol_plan
@@ -465,7 +467,7 @@ def test_rowcol_gluon_looped_calls_equal_reference(call, stages, monkeypatch):
         return p
 
     monkeypatch.setattr(qk, "_rowcol_plan", spy)
-    x = testing.make_input("heavy", (512, 640), torch.bfloat16, DEV, seed=29)
+    x = testing.make_input("heavy", (512, 8192 if per_sm else 640), torch.bfloat16, DEV, seed=29)
     x[300, 9] = float("nan")
     amax = x[x.isfinite()].abs().amax().float()
     if call == "x":

@@ -177,6 +177,35 @@ def test_looped_tiles_copy_ahead_through_shared_memory(fmt, kw, stages):
         assert k["local"] == 0
 
 
+def test_grid_stride_tiles_launch_one_wave():
+    """Config.per_sm: per_sm x SMs programs (the column tiles each taking P = per_sm x SMs /
+    columns of them), at least one a column tile and at most a row tile each; R then needs
+    to be a multiple of one row tile only."""
+    strided = rg.Config(64, 128, 8, 1, 80, True, True, 2, 3)
+    assert rg.grid(8192, 8192, strided, 132) == (6, 64)  # 384 programs on 396 slots
+    assert rg.grid(16384, 4096, strided, 132) == (12, 32)
+    assert rg.grid(8192, 65536, strided, 132) == (1, 512)  # more column tiles than slots
+    assert rg.grid(128, 4096, strided, 132) == (2, 32)  # no more programs than row tiles
+    assert rg.grid(8192, 8192, rg.Config(64, 128, 8, 8, 80, True, True), 132) == (16, 64)
+    assert rg.rows_per_program(strided) == 64 and rg.rows_per_program(rg.Config(64, 128, 8, 8)) == 512
+    x = torch.empty((576, 256), dtype=torch.bfloat16)  # 9 row tiles: not a multiple of 8
+    spec = parse_fmt(F["nvfp4"])
+    args = (spec, "rtne", "rtne", (0, 0), (True, True), (False, False), False, torch.bfloat16)
+    assert rg.applies(x, *args, strided) and not rg.applies(x, *args, rg.Config(64, 128, 8, 8, 80, True, True))
+
+
+@pytest.mark.parametrize("fmt,kw", [("nvfp4", {}), ("ue5m3", dict(xhat=True))])
+def test_grid_stride_tiles_compile_into_a_loop(fmt, kw):
+    """The grid-stride form (per_sm) compiles to the looped form's one tile of loads, copied
+    ahead by cp.async, at most 80 registers: the X call spills nothing (Triton 3.6 and 3.9),
+    NVFP4 codes nothing under 3.6 and one register under 3.9 (8 bytes of stack)."""
+    cfg = rg.Config(64, 128, 8, 1, 80, True, True, 2, 3)
+    k = _compiled(fmt, cfg, **kw)
+    per_tile = cfg.bm * cfg.bk // (32 * cfg.warps)
+    assert k["cp_async_16"] == 2 * per_tile * 2 // 16 and k["wait"] == [1]
+    assert k["local"] <= (0 if kw else 8) and k["regs"] <= 80
+
+
 def test_sr16_dy_call_compiles_without_spills():
     """The dY call (both copies decoded, "sr16", the seed in device memory as under CUDA
     graphs): no spills; both x_hat copies go out 16 bytes a store (the column copy's through

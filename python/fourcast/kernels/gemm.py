@@ -695,6 +695,12 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+@functools.lru_cache(maxsize=None)
+def multiprocessors(device: torch.device) -> int:
+    """The SM count of a CUDA device (the persistent kernels' grids)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _fp8_device_ok(device: torch.device) -> bool:
     """E4M3 tensor cores (sm_89+), or the interpreter (the FP8 GEMM is emulated in f32)."""
     if device.type != "cuda":

@@ -66,6 +66,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 
 from fourcast.errors import ShapeError
+from fourcast.kernels.gemm import multiprocessors
 from fourcast.kernels.quantize import SCALE_KIND
 
 # Triton 3.6 names the CTA barrier thread_barrier; later releases barrier.
@@ -410,7 +411,7 @@ def _launch_specialised(kernel, a, b, c: torch.Tensor, m: int, n: int, k: int, p
     consts = dict(_specialised_consts(cfg, mma_warps, decoders, parts), **extra)
     grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
     if extra.get("PERSISTENT"):  # one program a multiprocessor (one fits: the ring takes its shared memory)
-        grid = (min(grid[0], torch.cuda.get_device_properties(c.device).multi_processor_count),)
+        grid = (min(grid[0], multiprocessors(c.device)),)
     kernel[grid](a.codes, a.scales, a.tensor_scale.reshape(1).float(), b.codes, b.scales,
                  b.tensor_scale.reshape(1).float(), c, m, n, k, **constants(a.spec, b.spec, plan), **consts,
                  maxnreg=cfg[7])

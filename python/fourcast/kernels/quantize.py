@@ -1156,7 +1156,9 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
                       XHAT_C_ON=xhat_on[1], MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c],
                       SEED_PTR=False, RN_C=rnc, NORM_C=rht_norm(rnc), F32=x.dtype == torch.float32, RN_R=rn,
                       NORM_R=rht_norm(rn))
-        grid = rg.grid(R, C, cfg)
+        from fourcast.kernels.gemm import multiprocessors
+
+        grid = rg.grid(R, C, cfg, multiprocessors(x.device) if x.is_cuda else 132)
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):

@@ -91,7 +91,11 @@ class Config(NamedTuple):
     stages - 1 tiles' words on their way to shared memory (cp.async, a thread copying the
     words it will read) while this one is quantized, where the unrolled form's prefetch took
     registers: 32-48 KB of shared memory a program, 8 warps at 80 registers (three programs
-    an SM) without spills for the packed and X calls."""
+    an SM) without spills for the packed and X calls.
+    per_sm (looped): programs a multiprocessor in a grid-stride loop instead of `iters` tiles
+    a program: each program keeps one column tile and takes every P-th row tile (grid (P, C /
+    bk), P = per_sm x SMs / (C / bk)), so all programs run in one wave: eight tiles a program
+    at three an SM leave the last of 2.6 waves 60% full (8192^2: 1024 programs on 396 slots)."""
 
     bm: int
     bk: int
@@ -101,6 +105,7 @@ class Config(NamedTuple):
     one_lane: bool = True
     loop: bool = False
     stages: int = 0
+    per_sm: int = 0
 
 
 # The io floor's fastest tiles were 64 x 128 on 4 warps and 128 x 128 on 4 (67-68% of copy,
@@ -351,6 +356,17 @@ def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBIT
     return codes, sb.to(gl.uint8), x_e, x_o, bad
 
 
+@gluon.jit
+def _row_tiles(pid_r, R, BM: gl.constexpr, ITERS: gl.constexpr, STRIDED: gl.constexpr):
+    """A looped program's row tiles as (first, step, count): ITERS from pid_r x ITERS on, or
+    (STRIDED) every num_programs-th from pid_r on."""
+    if STRIDED:
+        step = gl.num_programs(0)
+        return pid_r, step, (R // BM - pid_r + step - 1) // step
+    else:
+        return pid_r * ITERS, 1, ITERS
+
+
 # cp.async global -> shared: Triton 3.6 names it async_copy_global_to_shared, later releases
 # async_load (the old name raises there)
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -487,7 +503,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    SEED_PTR: gl.constexpr, BM: gl.constexpr, BK: gl.constexpr, NW: gl.constexpr,
                    ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
                    NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False, RN_R: gl.constexpr = 0,
-                   NORM_R: gl.constexpr = 1.0, LOOP: gl.constexpr = False, STAGES: gl.constexpr = 0):
+                   NORM_R: gl.constexpr = 1.0, LOOP: gl.constexpr = False, STAGES: gl.constexpr = 0,
+                   STRIDED: gl.constexpr = False):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on (_tile each), unrolled, loading tile it + 1 before it quantizes
     tile it (as strip.py's ITERS), or with LOOP in a loop that is not unrolled, each tile's
@@ -542,19 +559,20 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     else:
         sign_lo = 0.0
         sign_hi = 0.0
-    if LOOP:  # a loop, not unrolled: the prologue shared by ITERS tiles
+    if LOOP:  # a loop, not unrolled: the prologue shared by its tiles (row tiles first + j step)
+        first, step, count = _row_tiles(pid_r, R, BM, ITERS, STRIDED)
         if STAGES > 0:  # the next STAGES - 1 tiles' words in flight to shared memory (cp.async)
             SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
             buf_e = gl.allocate_shared_memory(XW.dtype.element_ty, [STAGES, H, W // WB, WB], SL)
             buf_o = gl.allocate_shared_memory(XW.dtype.element_ty, [STAGES, H, W // WB, WB], SL)
             for s in gl.static_range(STAGES - 1):
-                _words_async(buf_e.index(s), buf_o.index(s), XW, (t0 + s) * H, i, w, C, s < ITERS)
-        for it in range(ITERS):
-            r0 = (t0 + it) * H
+                _words_async(buf_e.index(s), buf_o.index(s), XW, (first + s * step) * H, i, w, C, s < count)
+        for it in range(count):
+            r0 = (first + it * step) * H
             if STAGES > 0:
                 ahead = it + STAGES - 1
-                _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (t0 + ahead) * H, i, w, C,
-                             ahead < ITERS)
+                _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (first + ahead * step) * H,
+                             i, w, C, ahead < count)
                 async_copy.wait_group(STAGES - 1)  # this thread's copies of tile it are done: it reads only those
                 e = buf_e.index(it % STAGES).load(LR)
                 o = buf_o.index(it % STAGES).load(LR)
@@ -701,7 +719,12 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
               or (rn_c == 0 and rn_r == spec.block and lane))
     return (x.dtype in INPUTS and spec.packed and spec.block in (16, 32) and not spec.tile_2d
             and not spec.per_tensor and rounding_ok and rht_ok and one_each and decoded_ok
-            and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
+            and R % rows_per_program(config) == 0 and C % config.bk == 0)
+
+
+def rows_per_program(config: Config) -> int:
+    """The rows R must be a multiple of: a program's `iters` row tiles, or one (per_sm)."""
+    return config.bm if config.per_sm else config.bm * config.iters
 
 
 # The input dtypes: two bf16 a 32-bit word, or two f32 a 64-bit one (the F32 constexpr).
@@ -729,11 +752,18 @@ def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     launch = dict(num_warps=config.warps, **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=config.bm, BK=config.bk,
                 NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config),
-                LOOP=config.loop, STAGES=config.stages, **launch)
+                LOOP=config.loop, STAGES=config.stages, STRIDED=config.per_sm > 0, **launch)
 
 
-def grid(R: int, C: int, config: tuple = CONFIG) -> tuple:
-    return (R // (config[0] * config[3]), C // config[1])
+def grid(R: int, C: int, config: tuple = CONFIG, sms: int = 132) -> tuple:
+    """The launch grid of an (R, C) call at `config` on `sms` multiprocessors: a program per
+    `iters` row tiles and column tile, or with per_sm, per_sm x sms programs (at least one a
+    column tile, at most a row tile each) sharing the column tiles."""
+    config = Config(*config)
+    cols = C // config.bk
+    if config.per_sm:
+        return (max(1, min(R // config.bm, config.per_sm * sms // cols)), cols)
+    return (R // (config.bm * config.iters), cols)
 
 
 def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False):
