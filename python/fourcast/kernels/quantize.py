@@ -1158,7 +1158,7 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
                       NORM_R=rht_norm(rn))
         from fourcast.kernels.gemm import multiprocessors
 
-        grid = rg.grid(R, C, cfg, multiprocessors(x.device) if x.is_cuda else 132)
+        grid = rg.grid(R, C, cfg, multiprocessors(x.device) if x.is_cuda else 132)  # CPU: the unit tests' stubs
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):

@@ -38,8 +38,8 @@ serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
 reference.quantize bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D
 blocks of 16 or 32; no RHT but a column RHT of 16 (one lane a block; the column copy packed
 or decoded) or a row RHT of the block size (one lane a block, no column RHT); a bf16 or f32
-input (two bf16 a 32-bit word, two f32 a 64-bit one: F32); R a multiple of BM x ITERS and C
-of BK; each copy packed or decoded (unscaled x_hat in x's orientation, two values a paired
+input (two bf16 a 32-bit word, two f32 a 64-bit one: F32); R a multiple of rows_per_program
+and C of BK; each copy packed or decoded (unscaled x_hat in x's orientation, two values a paired
 cvt: the column copy's goes back to the row layout through a second conversion); each copy
 round-to-nearest-even or "sr16" (a 16-element group a Philox counter, two a block of 32, which
 needs one lane a block: philox.sr_uniform_group's stream, the column copy's at offset +
@@ -53,6 +53,11 @@ halfword max on the words, the column copy's after the RHT of 16 in one thread):
 strip.py's pass without an RHT, 0.56-0.73x with it (session 18); quantize.launch_rowcol runs
 it ahead of either quantizer where `amax_applies` (the strip kernel's calls with a decoded
 rotated column, TE's dY call, too).
+
+A program takes one row tile (the default), several unrolled with the next one's words in
+flight, or (session 24, untimed) several in a loop that is not unrolled: a fixed count or a
+grid-stride loop, the words loaded as a tile starts or copied tiles ahead through shared
+memory by cp.async (Config.loop, stages, per_sm).
 
 Gluon has no interpreter: the CPU tier compiles these kernels for sm_90a offline
 (tests/unit/test_rowcol_gluon.py), tests/gpu checks its bytes.
