@@ -29,6 +29,11 @@ from kernel_bench.harness import (
 GLUON_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 128, 4, 1, None, True),
                (64, 128, 8, 8, 64, True, True), (64, 128, 8, 1, 64, True, True, 0, 4),
                (64, 128, 8, 1, 80, True, True, 2, 3), (64, 128, 8, 1, 80, True, True, 3, 3))
+# The calls with a column RHT16 (TE's): its f64 butterflies take 100-128 registers, two programs
+# an SM at one tile or two; looped, eight tiles or a grid-stride loop at two an SM under 128
+# (offline SASS: TE's dY codes 52.8 -> 48.3 instructions an element, its X call 38.6 -> 37.5).
+GLUON_RHT_TILES = ((64, 128, 8, 1, None, True), (64, 128, 8, 2, None, True), (64, 128, 8, 8, 128, True, True),
+                   (64, 128, 8, 1, 128, True, True, 0, 2), (64, 128, 8, 1, 128, True, True, 2, 2))
 
 
 @section("rowcol gluon: the Gluon row+col quantizer per tile, against the strip kernel")
@@ -97,7 +102,7 @@ def rowcol_gluon():
                 t = time_quantizer(f"{name} [strip]", shape, copies, xhat, lambda fn=fn: on_route("strip", fn),
                                    src_bytes=src_bytes, sample=sample)
                 times.setdefault("strip", []).append(t)
-                for tile in GLUON_TILES:
+                for tile in (GLUON_RHT_TILES if rht[1] else GLUON_TILES):
                     qk.CONFIG_OVERRIDE["rowcol_gluon"] = tile
                     try:
                         routed = on_route("gluon", lambda: qk._gluon_rowcol_ok(

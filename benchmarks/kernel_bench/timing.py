@@ -21,6 +21,7 @@ from kernel_bench.harness import (
     section,
 )
 from kernel_bench.io_floors import _io_floor_kernel, _io_rowcol_gluon_decoded_kernel, _io_rowcol_gluon_kernel
+from kernel_bench.quant import GLUON_RHT_TILES
 
 METHODS = (("do_bench", ms), ("clean L2", ms_clean), ("steady", ms_steady))
 
@@ -130,9 +131,11 @@ def _table(out):
         log(f"  {name[:44]:44s} {shape:10s} s{sample} {cells}  {mhz} MHz")
 
 
-# graphed's tiles: the default (None: config_for's) and session 24's looped ones (quant.GLUON_TILES)
+# graphed's tiles: the default (None: config_for's) and session 24's looped ones (quant.GLUON_TILES;
+# quant.GLUON_RHT_TILES for the calls with a column RHT)
 GRAPHED_TILES = (None, (64, 128, 8, 8, 64, True, True), (64, 128, 8, 1, 64, True, True, 0, 4),
                  (64, 128, 8, 1, 80, True, True, 2, 3))
+GRAPHED_RHT_TILES = (None,) + GLUON_RHT_TILES[2:]
 
 
 @section("graphed: the quantizer calls and their peers as GPU time (CUDA graph replay)")
@@ -164,7 +167,7 @@ def graphed():
         calls = [(name, qbytes(r, c, 16, 2), kw, ours) for name, ours, kw in peer_calls(x, amax)][:5] + list(extra)
         for name, nbytes, kw, ours in calls:
             compiled_ms = None
-            for tile in GRAPHED_TILES:
+            for tile in (GRAPHED_RHT_TILES if "RHT" in name else GRAPHED_TILES):
                 if left() < 40:
                     return
                 with _pinned_tile(tile) as routes:
