@@ -20,6 +20,13 @@ K-step per SM:
     python benchmarks/gemm_sass.py            # table: kernels/gemm.py GEMM_VARIANTS on NVFP4
     python benchmarks/gemm_sass.py --all      # every format, and the configs that were tried
     python benchmarks/gemm_sass.py --json
+    python benchmarks/gemm_sass.py --rs-placement   # where _rs_kernel's A decode lands (below)
+
+--rs-placement: gemm_wgmma._rs_kernel (persistent, code words two steps ahead) at the
+decode-register splits gemm_kernels.RS_REG_CFGS times: how many of a step's 34 e4m3
+conversions (F2FP) and 32 scale products (HMUL2) of A's next-step decode ptxas leaves between
+the step's last HGMMA and its WARPGROUP.DEPBAR (under the wgmmas; the rest follow the wait),
+the registers the MMA warps get (setmaxnreg) and spills.
 """
 
 from __future__ import annotations
@@ -172,12 +179,52 @@ def analyse(label: str, fa: str, fb: str, kernel: str, decode, cfg, fma_clk: int
         issue_cyc=issue, alu_cyc=alu, cvt4_cyc=cvt4, est_pct=100 * est)
 
 
+RS_DECODE_REGS = (96, 80, 72)  # gemm_kernels.RS_REG_CFGS's decode registers
+
+
+def rs_placement(fmt: str = "nvfp4") -> list[dict]:
+    """_rs_kernel's A decode against its wgmmas at each decode-register split (module doc)."""
+    from fourcast.kernels import gemm_wgmma as gw
+
+    a = parse_fmt(testing.FORMATS[fmt])
+    rows = []
+    for regs in RS_DECODE_REGS:
+        cfg = gw.RS_CONFIG[:6] + (regs,) + gw.RS_CONFIG[7:]
+        k = gw.compile_rs_sm90(a, a, gk.split_plan(a, a), cfg, ahead=2, persistent=True)
+        sass = _tool("nvdisasm", k.asm["cubin"], "-c")
+        res = _tool("cuobjdump", k.asm["cubin"], "-res-usage")
+        ops = [line.split("*/", 1)[1].split() for line in sass.splitlines() if INS.match(line)]
+        ops = [o[1] if o[0].startswith("@") else o[0] for o in ops]  # the opcode, predicate dropped
+        last = max(i for i, o in enumerate(ops) if o.startswith("HGMMA"))
+        wait = next(i for i in range(last, len(ops)) if ops[i].startswith("WARPGROUP.DEPBAR"))
+        under = ops[last:wait]
+        mma_regs = [int(v, 16) for v in re.findall(r"USETMAXREG\.DEALLOC\.CTAPOOL (0x[0-9a-f]+)", sass)]
+        rows.append(dict(fmt=fmt, decode_regs=regs, mma_regs=max(mma_regs) if mma_regs else None,
+                         f2fp_under=sum(o.startswith("F2FP") for o in under),
+                         hmul2_under=sum(o.startswith("HMUL2") for o in under),
+                         spill_bytes=sum(int(re.search(m + r":(\d+)", res).group(1)) for m in ("LOCAL", "STACK"))))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--all", action="store_true", help="every format pair, and the tile configs that were tried")
     ap.add_argument("--fma-clk", type=int, default=2048, help="MMA FMA per SM per cycle (default 2048)")
+    ap.add_argument("--rs-placement", action="store_true", help="where _rs_kernel's A decode lands (module doc)")
     args = ap.parse_args()
+    if args.rs_placement:
+        rows = rs_placement()
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return
+        print(f"Triton {triton.__version__}, sm_90a: _rs_kernel persistent, ahead 2; A's next-step decode a K-step")
+        print("| decode regs | MMA warps' regs | F2FP under the wgmmas (of 34) | HMUL2 (of 32) | spill B |\n"
+              "|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['decode_regs']} | {r['mma_regs']} | {r['f2fp_under']} | {r['hmul2_under']} |"
+                  f" {r['spill_bytes']} |")
+        return
     rows = []
     for c in cases(args.all):
         try:

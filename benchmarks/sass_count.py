@@ -51,8 +51,11 @@ def _sass(fn, signature: dict, constexprs: dict, warps: int) -> str:
         return subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
 
 
+INSTR = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+\S")
+
+
 def _count(sass: str) -> int:
-    return sum(1 for line in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", line))
+    return sum(1 for line in sass.splitlines() if INSTR.match(line))
 
 
 def _opcodes(sass: str, elems: float) -> dict:
@@ -152,14 +155,18 @@ def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = 
         f.flush()
         sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
     n, elems = _count(sass), iters * bm * bk / (32 * warps)
+    # up to the first EXIT: what runs (the division slow paths sit after it)
+    to_exit = next(i for i, line in enumerate(l for l in sass.splitlines() if INSTR.match(l)) if "EXIT" in line)
     looped = ""
     if cfg.loop:  # the loop body runs ITERS times
-        n += (iters - 1) * len(main_loop(sass))
+        body = len(main_loop(sass))
+        n += (iters - 1) * body
+        to_exit += (iters - 1) * body
         looped = f" looped maxnreg {cfg.maxnreg}" + (f" {cfg.stages} stages" if cfg.stages else "")
     out = "+".join(("x_hat unscaled" if on else "codes") for on in (xhat_r, xhat_c))
     return dict(kernel=f"rowcol gluon {bm}x{bk} {warps}w x{iters}{looped}", fmt=fmt,
                 rounding=_roundings(rounding, rounding_c), rht=rn_r or rn_c, out=out, instr=n, per_elem=n / elems,
-                ops=_opcodes(sass, elems) if not cfg.loop else {})
+                to_exit_per_elem=to_exit / elems, ops=_opcodes(sass, elems) if not cfg.loop else {})
 
 
 CASES = [
@@ -211,10 +218,13 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=1))
         return
-    print("| kernel | format | rounding | RHT | out | SASS instr | per element |\n|---|---|---|---|---|---|---|")
+    print("| kernel | format | rounding | RHT | out | SASS instr | per element | to the first EXIT, per element |\n"
+          "|---|---|---|---|---|---|---|---|")
     for r in rows:
         out = r.get("out") or ("x_hat" if r["xhat"] else "codes")
-        print(f"| {r['kernel']} | {r['fmt']} | {r['rounding']} | {r['rht']} | {out} | {r['instr']} | {r['per_elem']:.1f} |")
+        to_exit = f"{r['to_exit_per_elem']:.2f}" if "to_exit_per_elem" in r else ""
+        print(f"| {r['kernel']} | {r['fmt']} | {r['rounding']} | {r['rht']} | {out} | {r['instr']} |"
+              f" {r['per_elem']:.2f} | {to_exit} |")
     if args.ops:
         print("\n| kernel | format | rounding | RHT | out | per element, by opcode |\n|---|---|---|---|---|---|")
         for r in rows:
