@@ -3,7 +3,8 @@
 # -o .devwheel, carried), run the GPU test tier, then benchmarks/kernels.py within what
 # is left of the call's limit. Logs and JSON land in $OUT.
 #   run(command="bash benchmarks/gpu_run.sh", carry=[".devwheel"], timeout_s=360)
-# Env: LIMIT (s), TEST_S, TEST_K (a pytest -k filter for the GPU tier), BENCH_ARGS.
+# Env: LIMIT (s), TEST_S, TEST_K (a pytest -k filter for the GPU tier), BENCH_ARGS (kernels.py's
+# arguments as shell words, e.g. BENCH_ARGS="--only rowcol_gluon --variants 'X: decoded,dY: decoded'").
 # python3 there is /opt/torch/.venv/bin/python3 (torch, triton); plain `python` is not.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,4 +31,5 @@ timeout "${TEST_S:-130}" $PY -m pytest -c ../pyproject.toml --rootdir .. -q -m g
 cd "$ROOT"
 BUDGET=$(( LIMIT - (SECONDS - START) - 15 ))
 echo "benchmark budget ${BUDGET}s"
-$PY benchmarks/kernels.py --budget "$BUDGET" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^\[" | tail -60
+eval "bench_args=(${BENCH_ARGS:-})"  # shell words: a quoted --variants list keeps its spaces
+$PY benchmarks/kernels.py --budget "$BUDGET" ${bench_args[@]+"${bench_args[@]}"} 2>&1 | tee "$OUT/bench.log" | grep -v "^\[" | tail -60
