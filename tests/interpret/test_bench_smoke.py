@@ -61,6 +61,27 @@ def test_the_report_reads_the_committed_gpu_run():
     assert "NVIDIA H200" in table and "| packed GEMM" in table and "| row+col NVFP4 call" not in table
 
 
+def test_the_report_prints_the_graphed_and_variant_tables(tmp_path):
+    """The sections session 24 added or widened: `graphed` (a row per call and tile, with its
+    compiled peer), `rowcol_gluon` and `gemm_rs_regs`, from a run's JSON."""
+    r = json.loads((ROOT / "benchmarks/results/kernels-h200.json").read_text())
+    looped = [64, 128, 8, 1, 80, True, True, 2, 3]
+    r["graphed"] = [dict(call="copy", shape="8192x8192", ms=0.066, frac_copy=0.97),
+                    dict(call="row+col nvfp4 delayed", shape="8192x8192", tile=looped, routes=["gluon"], ms=0.085,
+                         frac_copy=0.58, eager_ms=0.088, compiled_ms=0.714, vs_compiled=8.4)]
+    r["rowcol_gluon"] = [dict(call="X: decoded row", shape="8192x8192", variant=str(tuple(looped)), median_ms=0.09,
+                              samples_ms=[0.09], vs_strip=0.64)]
+    r["gemm_rs_regs"] = [dict(kernel="rs persistent ahead 2, decode registers 72", fmt="nvfp4",
+                              shape="8192x8192x8192", sample=1, tflops=512.0, vs_cublas_bf16=0.66)]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(r))
+    table = report(path)
+    assert "| row+col nvfp4 delayed | 8192x8192 | 64x128x8x1 80,True,True,2,3 | gluon | 85.0 | 58% | 88.0 | 714.0 |" \
+        " **8.4x** |" in table
+    assert "| X: decoded row | 8192x8192 | (64, 128, 8, 1, 80, True, True, 2, 3) | 90.0 | 0.64x |" in table
+    assert "| rs persistent ahead 2, decode registers 72 | nvfp4 | 8192x8192x8192 | 1 | 512 | 66% |" in table
+
+
 @pytest.mark.interpret
 def test_a_misspelt_section_is_an_error(tmp_path):
     proc = run(tmp_path, "--only", "peer_quant,gemm_bnech", timeout=300)
