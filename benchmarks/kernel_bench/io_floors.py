@@ -240,6 +240,8 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
         m = gl.maximum(gl.max(ec, axis=1), gl.max(oc, axis=1))
         gl.store(SCALES_C + (2 * wj) * (R // 16) + r0 // 8 + j, m.to(gl.uint8))
         gl.store(SCALES_C + (2 * wj + 1) * (R // 16) + r0 // 8 + j, (m >> 16).to(gl.uint8))
+    if STAGES > 0:
+        async_copy.wait_group(0)
 
 
 def _io_one_lane_ok(x, cr, sr, xr, cc, sc, xhat_r: bool) -> bool:

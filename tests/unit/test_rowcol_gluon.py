@@ -164,14 +164,15 @@ def test_looped_tiles_compile_into_a_loop(fmt, kw):
 def test_looped_tiles_copy_ahead_through_shared_memory(fmt, kw, stages):
     """Config.stages: the loop's words come through shared memory by cp.async, 16 bytes a copy,
     STAGES - 1 tiles ahead (a commit group a tile: the copies before the loop and one an
-    iteration; wait_group leaves STAGES - 1 pending); no global load of x left but the two
-    amaxes; at 80 registers nothing spills (NVFP4 codes, the X call, Triton 3.6 and 3.9)."""
+    iteration; wait_group leaves STAGES - 1 pending, and 0 after the loop); no global load of x
+    left but the two amaxes; at 80 registers nothing spills (NVFP4 codes, the X call, Triton
+    3.6 and 3.9)."""
     cfg = rg.Config(64, 128, 8, 8, 80, True, True, stages)
     k = _compiled(fmt, cfg, **kw)
     per_tile = cfg.bm * cfg.bk // (32 * cfg.warps)  # elements a thread
     words_bytes = per_tile * (4 if kw.get("f32") else 2)
     assert k["cp_async_16"] == stages * words_bytes // 16  # the prologue's stages - 1 tiles and the loop's one
-    assert k["commit"] == stages and k["wait"] == [stages - 1]
+    assert k["commit"] == stages and k["wait"] == [stages - 1, 0]  # the loop's wait, then the drain
     assert k["ld_global"] == 2 and k["regs"] <= 80
     if not kw.get("f32"):
         assert k["local"] == 0
@@ -202,7 +203,7 @@ def test_grid_stride_tiles_compile_into_a_loop(fmt, kw):
     cfg = rg.Config(64, 128, 8, 1, 80, True, True, 2, 3)
     k = _compiled(fmt, cfg, **kw)
     per_tile = cfg.bm * cfg.bk // (32 * cfg.warps)
-    assert k["cp_async_16"] == 2 * per_tile * 2 // 16 and k["wait"] == [1]
+    assert k["cp_async_16"] == 2 * per_tile * 2 // 16 and k["wait"] == [1, 0]
     assert k["local"] <= (0 if kw else 8) and k["regs"] <= 80
 
 

@@ -590,6 +590,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                                          TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN,
                                          NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR, LC,
                                          RN_C, NORM_C, F32, RN_R, NORM_R)
+        if STAGES > 0:  # the copies past the last tile (masked off, zero-filling) done before the program ends
+            async_copy.wait_group(0)
     else:
         e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
         o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
