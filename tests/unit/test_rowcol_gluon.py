@@ -195,6 +195,20 @@ def test_grid_stride_tiles_launch_one_wave():
     assert rg.applies(x, *args, strided) and not rg.applies(x, *args, rg.Config(64, 128, 8, 8, 80, True, True))
 
 
+@pytest.mark.parametrize("tile", [(64, 128, 8, 1, None, True, False, 2), (64, 128, 8, 1, None, True, False, 0, 3),
+                                  (64, 128, 8, 0), (64, 128, 8, 1, 80, True, True, 5)])
+def test_configs_that_cannot_work_are_refused(tile):
+    """Stages or per_sm without `loop` (a per_sm grid over the unrolled form would leave rows
+    unquantized), no row tile, too many stages: a ValueError naming the Config, from the
+    routing check (applies), the constexprs and the grid alike."""
+    x = torch.empty((512, 256), dtype=torch.bfloat16)
+    args = (parse_fmt(F["nvfp4"]), "rtne", "rtne", (0, 0), (True, True), (False, False), False, torch.bfloat16)
+    for call in (lambda: rg.applies(x, *args, tile), lambda: rg.grid(512, 256, tile),
+                 lambda: rg.constexprs(qk._constexprs(args[0], "rtne"), tile)):
+        with pytest.raises(ValueError, match="Config"):
+            call()
+
+
 @pytest.mark.parametrize("fmt,kw", [("nvfp4", {}), ("ue5m3", dict(xhat=True))])
 def test_grid_stride_tiles_compile_into_a_loop(fmt, kw):
     """The grid-stride form (per_sm) compiles to the looped form's one tile of loads, copied

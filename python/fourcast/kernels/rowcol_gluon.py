@@ -715,7 +715,7 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
     block); rht: the (row, column) RHT sizes (0: none), a column RHT of 16 only with blocks
     of 16 in one lane (the column copy packed, or decoded: TE's dY call), a row RHT of the
     block size only in one lane and without a column RHT (MXFP4's calls)."""
-    config = Config(*config)
+    config = checked(config)
     R, C = x.shape
     rn_r, rn_c = rht
     lane = one_lane_fits(spec.block, config)
@@ -727,6 +727,18 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
     return (x.dtype in INPUTS and spec.packed and spec.block in (16, 32) and not spec.tile_2d
             and not spec.per_tensor and rounding_ok and rht_ok and one_each and decoded_ok
             and R % rows_per_program(config) == 0 and C % config.bk == 0)
+
+
+def checked(config: tuple) -> Config:
+    """A quantizer Config from a tuple (a benchmark's CONFIG_OVERRIDE tile), refused with a
+    ValueError where its fields cannot work together: stages and per_sm drive the looped form
+    only (without `loop` a per_sm grid would leave rows unquantized), iters >= 1, 0-4 stages."""
+    c = Config(*config)
+    if (c.stages or c.per_sm) and not c.loop:
+        raise ValueError(f"stages and per_sm are for looped tiles (Config.loop), got {c}")
+    if c.iters < 1 or c.per_sm < 0 or not 0 <= c.stages <= 4:
+        raise ValueError(f"a Config needs iters >= 1, per_sm >= 0 and 0-4 stages, got {c}")
+    return c
 
 
 def rows_per_program(config: Config) -> int:
@@ -754,7 +766,7 @@ def one_lane_fits(block: int, config: Config) -> bool:
 def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     """_rowcol_kernel's constexprs from quantize._constexprs' (which it shares but for
     the tile, the layouts' warps and what it does not take)."""
-    config = Config(*config)
+    config = checked(config)
     drop = ("TILE2D", "MODE")  # the modes are per copy: MODE_R, MODE_C
     launch = dict(num_warps=config.warps, **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=config.bm, BK=config.bk,
@@ -766,7 +778,7 @@ def grid(R: int, C: int, config: tuple = CONFIG, sms: int = 132) -> tuple:
     """The launch grid of an (R, C) call at `config` on `sms` multiprocessors: a program per
     `iters` row tiles and column tile, or with per_sm, per_sm x sms programs (at least one a
     column tile, at most a row tile each) sharing the column tiles."""
-    config = Config(*config)
+    config = checked(config)
     cols = C // config.bk
     if config.per_sm:
         return (max(1, min(R // config.bm, config.per_sm * sms // cols)), cols)
