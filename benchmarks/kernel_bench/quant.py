@@ -22,7 +22,8 @@ from kernel_bench.harness import (
 
 
 # rowcol_gluon.Config fields: (BM, BK, warps, row tiles a program, maxnreg, one lane a block of
-# 16, looped, cp.async stages, programs an SM). The looped tiles (session 24, not yet timed):
+# 16, looped, cp.async stages, programs an SM). The looped tiles (session 24; on an H100 all
+# slower than the default but level on TE's dY call, kernels-h200.md):
 # eight row tiles a program in a loop under 64 registers (four programs an SM, as the default;
 # a few bytes spilled); a grid-stride loop at four programs an SM under 64 registers, and at
 # three under 80 with the next one or two tiles' words copied ahead (cp.async).

@@ -750,7 +750,8 @@ def _rs_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # step's the same registers, which the wgmma reads until the wait. A use after the wait (a
 # store behind a test that never passes) moved between 0 and all 34 under the wgmmas as the
 # store's form and the config changed, often with spills: too fragile to adopt untimed.
-# benchmarks/kernel_bench gemm_rs_regs times the register splits.
+# benchmarks/kernel_bench gemm_rs_regs times the register splits: on an H100 (session 24, two
+# samples, five shapes) 80 and 72 are level with 96, so RS_CONFIG stays.
 RS_CONFIG = (128, 128, 128, 8, 6, 8, 96, 128)
 
 

@@ -55,9 +55,9 @@ it ahead of either quantizer where `amax_applies` (the strip kernel's calls with
 rotated column, TE's dY call, too).
 
 A program takes one row tile (the default), several unrolled with the next one's words in
-flight, or (session 24, untimed) several in a loop that is not unrolled: a fixed count or a
-grid-stride loop, the words loaded as a tile starts or copied tiles ahead through shared
-memory by cp.async (Config.loop, stages, per_sm).
+flight, or (session 24) several in a loop that is not unrolled: a fixed count or a grid-stride
+loop, the words loaded as a tile starts or copied tiles ahead through shared memory by
+cp.async (Config.loop, stages, per_sm; slower than the default on an H100 where timed).
 
 Gluon has no interpreter: the CPU tier compiles these kernels for sm_90a offline
 (tests/unit/test_rowcol_gluon.py), tests/gpu checks its bytes.
@@ -91,7 +91,10 @@ class Config(NamedTuple):
     divisions for the tensor scales, the index tensors) is shared by its tiles at one tile's
     registers, given maxnreg (its loop-invariant values would take more): offline SASS
     (Triton 3.6, sass_count.py), instructions an element, NVFP4 codes 37.0 at one tile, 30.2
-    at eight looped under 64 registers, 29.7 under 80 (session 24; not yet timed).
+    at eight looped under 64 registers, 29.7 under 80 (session 24). Timed on an H100 (session
+    24, CUDA-graph replay) every looped form is slower than the one-tile default on the calls
+    without an RHT (the X call 146-157 us against 129) and level on TE's dY call: fewer
+    programs in flight hide less DRAM latency (the io floor drops likewise, 78% -> 69-71%).
     stages (looped): 0, each tile's words loaded into registers as it starts; 2 or 3, the next
     stages - 1 tiles' words on their way to shared memory (cp.async, a thread copying the
     words it will read) while this one is quantized, where the unrolled form's prefetch took
