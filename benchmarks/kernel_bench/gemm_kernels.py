@@ -206,22 +206,8 @@ def gemm_rs_persistent():
     against the same kernel persistent (a program a multiprocessor taking every 132nd tile:
     B's decoders run into the next tile while the MMA warps store C), in alternation, each
     checked against the dequant route, at every GEMM shape; --repeat samples."""
-    if SMOKE:
-        return  # Gluon: a GPU only
-    from fourcast.kernels import gemm_wgmma as gw
-
-    bf = RES["ceilings"].get("bf16", {})
-    for fname in ("nvfp4", "ufp4"):
-        for (m, n, k) in GEMM_SHAPES:
-            pa, pb, ref_c, plan, c = _operands(fname, m, n, k)
-            for sample in range(ARGS.repeat):
-                for label, pers in (("rs ahead 2 (route)", False), ("rs ahead 2 persistent", True)):
-                    if left() < 20:
-                        return
-                    time_gemm_run("gemm_rs_persistent", label, lambda pers=pers: gw.launch_rs(
-                        pa, pb, c, m, n, k, plan, ahead=2, persistent=pers), c, ref_c, (m, n, k), bf, fmt=fname,
-                        sample=sample)
-            save()
+    _rs_in_turn("gemm_rs_persistent", (("rs ahead 2 (route)", dict(ahead=2, persistent=False)),
+                                       ("rs ahead 2 persistent", dict(ahead=2, persistent=True))))
 
 
 # _rs_kernel's decode partition at fewer registers, so the MMA warps get more (setmaxnreg: 160
@@ -237,6 +223,13 @@ def gemm_rs_regs():
     """gemm's NVFP4/UFP4 route (_rs_kernel persistent, code words two steps ahead) at
     RS_REG_CFGS, in alternation, each checked against the dequant route, at every GEMM shape;
     --repeat samples."""
+    _rs_in_turn("gemm_rs_regs", tuple((f"rs persistent ahead 2, decode registers {cfg[6]}",
+                                       dict(cfg=cfg, ahead=2, persistent=True)) for cfg in RS_REG_CFGS))
+
+
+def _rs_in_turn(name: str, variants) -> None:
+    """_rs_kernel (gemm_wgmma.launch_rs) at each (label, launch_rs keywords) of variants, in
+    alternation, --repeat samples, NVFP4 and UFP4 at every GEMM shape, into RES[name]."""
     if SMOKE:
         return  # Gluon: a GPU only
     from fourcast.kernels import gemm_wgmma as gw
@@ -246,13 +239,11 @@ def gemm_rs_regs():
         for (m, n, k) in GEMM_SHAPES:
             pa, pb, ref_c, plan, c = _operands(fname, m, n, k)
             for sample in range(ARGS.repeat):
-                for cfg in RS_REG_CFGS:
+                for label, kw in variants:
                     if left() < 20:
                         return
-                    time_gemm_run("gemm_rs_regs", f"rs persistent ahead 2, decode registers {cfg[6]}",
-                                  lambda cfg=cfg: gw.launch_rs(pa, pb, c, m, n, k, plan, cfg, ahead=2,
-                                                               persistent=True),
-                                  c, ref_c, (m, n, k), bf, fmt=fname, sample=sample)
+                    time_gemm_run(name, label, lambda kw=kw: gw.launch_rs(pa, pb, c, m, n, k, plan, **kw), c, ref_c,
+                                  (m, n, k), bf, fmt=fname, sample=sample)
             save()
 
 

@@ -16,7 +16,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from fourcast.kernels import rowcol_gluon as rg
 from fourcast.kernels.gemm import multiprocessors
-from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _row_tiles, _words_async
+from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _row_tiles, _tile_words, _words_ring
 
 from kernel_bench.harness import DEV, QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
 
@@ -207,24 +207,10 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
     wj = pid_c * W + gl.arange(0, W, layout=gl.SliceLayout(0, gl.SliceLayout(1, LC)))[None, :]
     XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
     first, step, count = _row_tiles(pid_r, R, BM, ITERS, STRIDED)
-    if STAGES > 0:
-        SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
-        buf_e = gl.allocate_shared_memory(gl.int32, [STAGES, H, W // 8, 8], SL)
-        buf_o = gl.allocate_shared_memory(gl.int32, [STAGES, H, W // 8, 8], SL)
-        for s in gl.static_range(STAGES - 1):
-            _words_async(buf_e.index(s), buf_o.index(s), XW, (first + s * step) * H, i, w, C, s < count)
+    buf_e, buf_o = _words_ring(XW, first, step, count, i, w, C, H, W, 8, STAGES)
     for it in range(count):
         r0 = (first + it * step) * H
-        if STAGES > 0:
-            ahead = it + STAGES - 1
-            _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (first + ahead * step) * H,
-                         i, w, C, ahead < count)
-            async_copy.wait_group(STAGES - 1)
-            e = buf_e.index(it % STAGES).load(LR)
-            o = buf_o.index(it % STAGES).load(LR)
-        else:
-            e = gl.load(XW + (2 * (r0 + i)) * (C // 2) + w)
-            o = gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
+        e, o = _tile_words(buf_e, buf_o, XW, first, step, count, it, i, w, C, H, LR, STAGES)
         for half in gl.static_range(2):
             v = e if half == 0 else o
             row = 2 * (r0 + i) + half

@@ -375,6 +375,38 @@ def _row_tiles(pid_r, R, BM: gl.constexpr, ITERS: gl.constexpr, STRIDED: gl.cons
         return pid_r * ITERS, 1, ITERS
 
 
+@gluon.jit
+def _words_ring(XW, first, step, count, i, w, C, H: gl.constexpr, W: gl.constexpr, WB: gl.constexpr,
+                STAGES: gl.constexpr):
+    """A looped program's shared-memory ring of tile words (STAGES slots of rows 2i and 2i + 1),
+    its first STAGES - 1 tiles' copies issued (cp.async); (0, 0) without stages."""
+    if STAGES > 0:
+        SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
+        buf_e = gl.allocate_shared_memory(XW.dtype.element_ty, [STAGES, H, W // WB, WB], SL)
+        buf_o = gl.allocate_shared_memory(XW.dtype.element_ty, [STAGES, H, W // WB, WB], SL)
+        for s in gl.static_range(STAGES - 1):
+            _words_async(buf_e.index(s), buf_o.index(s), XW, (first + s * step) * H, i, w, C, s < count)
+        return buf_e, buf_o
+    else:
+        return 0, 0
+
+
+@gluon.jit
+def _tile_words(buf_e, buf_o, XW, first, step, count, it, i, w, C, H: gl.constexpr, LR: gl.constexpr,
+                STAGES: gl.constexpr):
+    """Words (rows 2i, rows 2i + 1) of a looped program's tile `it`: loaded now, or (STAGES)
+    from the ring, after issuing the copies of tile it + STAGES - 1."""
+    if STAGES > 0:
+        ahead = it + STAGES - 1
+        _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (first + ahead * step) * H, i, w,
+                     C, ahead < count)
+        async_copy.wait_group(STAGES - 1)  # this thread's copies of tile it are done: it reads only those
+        return buf_e.index(it % STAGES).load(LR), buf_o.index(it % STAGES).load(LR)
+    else:
+        r0 = (first + it * step) * H
+        return gl.load(XW + (2 * (r0 + i)) * (C // 2) + w), gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
+
+
 # cp.async global -> shared: Triton 3.6 names it async_copy_global_to_shared, later releases
 # async_load (the old name raises there)
 _async_load = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -569,24 +601,10 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         sign_hi = 0.0
     if LOOP:  # a loop, not unrolled: the prologue shared by its tiles (row tiles first + j step)
         first, step, count = _row_tiles(pid_r, R, BM, ITERS, STRIDED)
-        if STAGES > 0:  # the next STAGES - 1 tiles' words in flight to shared memory (cp.async)
-            SL: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[2, 1, 0])
-            buf_e = gl.allocate_shared_memory(XW.dtype.element_ty, [STAGES, H, W // WB, WB], SL)
-            buf_o = gl.allocate_shared_memory(XW.dtype.element_ty, [STAGES, H, W // WB, WB], SL)
-            for s in gl.static_range(STAGES - 1):
-                _words_async(buf_e.index(s), buf_o.index(s), XW, (first + s * step) * H, i, w, C, s < count)
+        buf_e, buf_o = _words_ring(XW, first, step, count, i, w, C, H, W, WB, STAGES)
         for it in range(count):
             r0 = (first + it * step) * H
-            if STAGES > 0:
-                ahead = it + STAGES - 1
-                _words_async(buf_e.index(ahead % STAGES), buf_o.index(ahead % STAGES), XW, (first + ahead * step) * H,
-                             i, w, C, ahead < count)
-                async_copy.wait_group(STAGES - 1)  # this thread's copies of tile it are done: it reads only those
-                e = buf_e.index(it % STAGES).load(LR)
-                o = buf_o.index(it % STAGES).load(LR)
-            else:
-                e = gl.load(XW + (2 * (r0 + i)) * (C // 2) + w)
-                o = gl.load(XW + (2 * (r0 + i) + 1) * (C // 2) + w)
+            e, o = _tile_words(buf_e, buf_o, XW, first, step, count, it, i, w, C, H, LR, STAGES)
             tile_max, tile_max_c = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
                                          XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c,
                                          sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS, FIXED,
