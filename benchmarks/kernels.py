@@ -32,7 +32,7 @@ from kernel_bench.gemm import gemm_epilogue, gemm_bench, gemm_variants, gemm_fp8
 from kernel_bench.gemm_kernels import (gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_rs_persistent,
                                       gemm_rs_regs, gemm_ue5m3_f16)
 from kernel_bench.harness import ARGS, QSIZES, RES, T0, save
-from kernel_bench.timing import graphed, timing_methods
+from kernel_bench.timing import amax_calls, graphed, timing_methods
 from kernel_bench.io_floors import io_floors
 from kernel_bench.layer import decode_layout, layer_profiles, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench
 from kernel_bench.quant import quant_checks, quant_timing, rowcol_gluon, amax_pass, quant_configs
@@ -44,7 +44,7 @@ STEPS = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors
          sr_stream, strip_iters, strip_tall, strip_gather, gemm_epilogue, decode_layout, layer_profiles, peers,
          peer_quant, gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
          qlinear_graphed, qlinear_bench, qlinear_host, linear_bench, gemm_fp8_idea, quant_configs, timing_methods, graphed,
-         gemm_rs_persistent, gemm_rs_regs]
+         amax_calls, gemm_rs_persistent, gemm_rs_regs]
 
 
 def table():
@@ -78,7 +78,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
     ap.add_argument("--only", default="", help="comma-separated section names to run")
-    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather, rowcol_gluon, amax_pass: samples "
+    ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather, rowcol_gluon, amax_pass, amax_calls: samples "
                     "of every shape, "
                     "in turn")
     ap.add_argument("--rowcol-pin", action="store_true", help="qlinear_graphed: also time each recipe with "

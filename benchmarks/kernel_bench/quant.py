@@ -143,9 +143,11 @@ AMAX_DTYPES = (torch.bfloat16, torch.float32)  # f32: a LayerNorm's output under
 def amax_pass():
     """The two-level formats' amax pass of a row+col call alone (launcher.run, do_bench
     medians of --repeat interleaved samples): strip._strip_amax_kernel against
-    rowcol_gluon._amax_kernel at AMAX_TILES, without and with a column RHT of 16, at the
-    quantizer shapes and the 125M model's X/dY shapes; the two kernels' amax bits compared.
-    Summary: RES["amax_pass"]."""
+    rowcol_gluon._amax_kernel at AMAX_TILES, without and with a column RHT of 16 (a bf16
+    input's RHT both in f64, RHT_MODE 0, and in f32 then the gated f64 fallback, the default:
+    modes 1 and 2, mode 1 at each tile; and mode 1 alone, which shows what the fallback's
+    launch costs), at the quantizer shapes and the 125M model's X/dY shapes; the kernels' amax
+    bits compared (mode 1 alone's only where it needed no fallback). Summary: RES["amax_pass"]."""
     if SMOKE:
         return
     from fourcast.kernels import rowcol_gluon as rg
@@ -163,30 +165,36 @@ def amax_pass():
             signs = s16 if rn_c else dummy
             qk.CONFIG_OVERRIDE["amax"] = "strip"
             try:
-                _, g0, c0 = qk._rowcol_plan(x, nv, "rtne", "rtne", 0, rn_c, (True, True), (False, False), False, True,
-                                            False)["amax"]
+                (_, g0, c0), = qk._rowcol_plan(x, nv, "rtne", "rtne", 0, rn_c, (True, True), (False, False), False,
+                                               True, False)["amax"]
             finally:
                 qk.CONFIG_OVERRIDE.pop("amax", None)
-            runs = {"strip": (strip._strip_amax_kernel, g0, lambda b: (x, b, dummy, signs, R, C), c0)}
+            # each variant: its launches (kernel, grid, arguments given the amax words, constexprs)
+            runs = {"strip": [(strip._strip_amax_kernel, g0, lambda b: (x, b, dummy, signs, R, C), c0)]}
+
+            def gluon(tile, mode):
+                return (rg._amax_kernel, *_amax_grid_args(rg, R, C, rn_c, tile, f32, mode, x, signs))
+
             for tile in AMAX_TILES:
                 if rg.amax_applies(x, (0, rn_c), tile):
-                    g1, c1 = rg.amax_launch(R, C, rn_c, tile, f32)
-                    runs[tile] = (rg._amax_kernel, g1, lambda b: (x, b, signs, R, C), c1)
+                    runs[tile] = [gluon(tile, 0)]
+                    if rg.amax_modes(rn_c, f32) == (1, 2):
+                        runs[f"{tile} f32"] = [gluon(tile, 1), gluon(None, 2)]
+            if rg.amax_applies(x, (0, rn_c)) and rg.amax_modes(rn_c, f32) == (1, 2):
+                runs["f32 alone"] = [gluon(None, 1)]
             bits = {}
-            for name, (fn, grid, args, consts) in runs.items():
-                b = torch.zeros(2, dtype=torch.int32, device=DEV)
-                launcher.run(fn, grid, args(b), consts)
-                bits[name] = b.tolist()
+            for name, launches in runs.items():
+                bits[name] = _run_amax(launches).tolist()
+            exact = {k: v for k, v in bits.items() if k != "f32 alone" or v[2] <= v[1]}
             RES["checks"].append(dict(what=f"amax pass {shape} {dtype} rht {rn_c}: gluon bits = strip's",
-                                      ok=all(v == bits["strip"] for v in bits.values())))
+                                      ok=all(v[:2] == bits["strip"][:2] for v in exact.values())))
             times = {}
             for sample in range(ARGS.repeat):
                 if left() < 10:
                     return
-                for name, (fn, grid, args, consts) in runs.items():
-                    b = torch.zeros(2, dtype=torch.int32, device=DEV)
-                    a = args(b)
-                    times.setdefault(name, []).append(ms(lambda: launcher.run(fn, grid, a, consts)))
+                for name, launches in runs.items():
+                    b = torch.zeros(3, dtype=torch.int32, device=DEV)
+                    times.setdefault(name, []).append(ms(lambda: _run_amax(launches, b)))
             med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
             for k, t in med.items():
                 gbs = R * C * x.element_size() / (t * 1e-3) / 1e9
@@ -196,6 +204,20 @@ def amax_pass():
                     f"{t / med['strip']:.2f}x strip")
         del x
         save()
+
+
+def _amax_grid_args(rg, R, C, rn_c, tile, f32, mode, x, signs):
+    """(grid, arguments given the amax words, constexprs) of one _amax_kernel launch."""
+    grid, consts = rg.amax_launch(R, C, rn_c, tile, f32, rht_mode=mode)
+    return grid, lambda b: (x, b, signs, R, C), consts
+
+
+def _run_amax(launches, b=None):
+    """An amax pass's launches in turn on the amax words b (fresh zeros if None): b."""
+    b = torch.zeros(3, dtype=torch.int32, device=DEV) if b is None else b
+    for fn, grid, args, consts in launches:
+        launcher.run(fn, grid, args(b), consts)
+    return b
 
 
 def qvariants(x):

@@ -200,6 +200,68 @@ def graphed():
         save()
 
 
+# amax_calls' variants of the amax pass (quantize.CONFIG_OVERRIDE entries; None: the amax given)
+AMAX_VARIANTS = {"given": None, "launch order": dict(amax_reversed=False), "default": {},
+                 "f64 column RHT": dict(amax_rht_f32=False)}
+
+
+@section("amax calls: the calls that measure their amax, by the amax pass's variant")
+def amax_calls():
+    """The calls that measure their amax (NVFP4 codes, TE's dY codes: column RHT16 + SR16, the
+    ue5m3 X call, and the column RHT16 call) as CUDA-graph replays with each AMAX_VARIANTS pass:
+    the default (the pass's programs in reverse launch order, so the tiles it reads last, still
+    in L2, are the ones the quantize pass reads first; a bf16 column RHT in f32, f64 where f32
+    cannot settle the max), in launch order, with the RHT in f64 throughout, and the amax given
+    (the quantize pass alone); --repeat samples in alternation. Every variant's bytes equal the
+    default's; the torch.compile peer, measuring its amax too, beside the NVFP4 calls. Rows:
+    RES["amax_calls"]."""
+    out = RES.setdefault("amax_calls", [])
+    nv, ue, s16 = F["nvfp4"], F["ue5m3"], ref.rht_signs(16, "te").to(DEV)
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        amax = x.abs().amax().float()
+        calls = (("row+col nvfp4 (codes)", dict(), False,
+                  lambda a: qk.quantize_rowcol(x, nv, nv, "rtne", "rtne", 0, 0, None, None, a, a)),
+                 ("row+col nvfp4, col RHT16 (codes)", dict(rht=True), True,
+                  lambda a: qk.quantize_rowcol(x, nv, nv, "rtne", "rtne", 0, 0, None, (16, s16), a, a)),
+                 ("TE dY codes (col RHT16 + SR16)", dict(rht=True, sr=True), True,
+                  lambda a: qk.quantize_rowcol(x, nv, nv, "sr16", "sr16", 0, 0, None, (16, s16), a, a)),
+                 ("X: ue5m3 decoded row + packed col", None, False,
+                  lambda a: ops.rowcol_operands(x, ue, tensor_amax=a, tensor_amax_col=a,
+                                                outputs=("decoded", "packed"))))
+        for name, peer_kw, rht, call in calls:
+            variants = [v for v in AMAX_VARIANTS if rht or v != "f64 column RHT"]
+            got, times = {}, {}
+            for sample in range(ARGS.repeat):
+                for v in variants:
+                    if left() < 30:
+                        return
+                    qk.CONFIG_OVERRIDE.update(AMAX_VARIANTS[v] or {})
+                    try:
+                        t, got[v] = ms_graphed(lambda: call(amax if AMAX_VARIANTS[v] is None else None))
+                    finally:
+                        for key in AMAX_VARIANTS[v] or {}:
+                            qk.CONFIG_OVERRIDE.pop(key, None)
+                    times.setdefault(v, []).append(t)
+            for v in set(variants) - {"given", "default"}:  # "given" differs where an RHT's amax is not |x|'s
+                RES["checks"].append(dict(what=f"amax calls {name} {r}x{c}: {v}'s bytes = the default's",
+                                          ok=same_tensors(got[v], got["default"])))
+            med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+            row = dict(call=name, shape=f"{r}x{c}", samples_ms=times, ms=med,
+                       amax_pass_ms={k: med[k] - med["given"] for k in variants[1:]})
+            if peer_kw is not None:  # its torch.compile peer, measuring its amax too, replayed likewise
+                peer, args = compiled_peer(x, peer_kw, pp.hadamard16(device=DEV))
+                peer(*args)
+                row["compiled_ms"] = ms_graphed(lambda: peer(*args))[0]
+                row["vs_compiled"] = {k: row["compiled_ms"] / med[k] for k in variants[1:]}
+            out.append(row)
+            log(f"amax calls {name} {r}x{c}: " + ", ".join(
+                f"{k} {med[k] * 1e3:.1f} us" + (f" (pass {row['amax_pass_ms'][k] * 1e3:.1f})" if k != "given" else "")
+                + (f" {row['vs_compiled'][k]:.2f}x compiled" if "vs_compiled" in row and k != "given" else "")
+                for k in variants))
+        save()
+
+
 @contextlib.contextmanager
 def _pinned_tile(tile):
     """rowcol_gluon's tile pinned to `tile` (None: the default) while the block runs; yields the

@@ -308,7 +308,7 @@ def test_rowcol_gluon_f32_input_equals_reference(name, rounding, rn_c, kind):
     rht_c = (16, ref.rht_signs(16, "te").to(DEV)) if rn_c else None
     plan = qk._rowcol_plan(x, spec, rounding, rounding, 0, rn_c, (True, True), (False, False), False, spec.two_level,
                            not spec.two_level)
-    assert plan["route"] == "gluon" and (plan["amax"] is None or plan["amax"][0] == "gluon")
+    assert plan["route"] == "gluon" and (plan["amax"] is None or plan["amax"][0][0] == "gluon")
     for _ in range(2):
         testing.check_rowcol(x, f, rounding, rounding, 5, 2**32 + 16, None, rht_c)
     if rounding == "rtne":
@@ -394,7 +394,7 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
     rht_c = (16, ref.rht_signs(16, "te").to(DEV)) if rn_c else None
     spec = qk.parse_fmt(f)
     plan = qk._rowcol_plan(x, spec, "rtne", "rtne", 0, rn_c, (True, True), (False, False), False, True, False)
-    assert plan["amax"][0] == "gluon"
+    assert plan["amax"][0][0] == "gluon"
 
     def amaxes(pin):
         if pin:
@@ -414,6 +414,69 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
         assert all(torch.equal(a, b) or nan[i] and nan[i + 2] for i, (a, b) in enumerate(zip(got, want))), (got, want)
     monkeypatch.delitem(qk.CONFIG_OVERRIDE, "amax", raising=False)
     testing.check_rowcol(x, f, "rtne", "rtne", 0, 0, None, rht_c)
+
+
+def _column_rht_amax(x, signs, modes):
+    """rowcol_gluon's amax pass over a bf16 x with a column RHT of 16, its launches at RHT_MODEs
+    `modes` in turn: its three words (row amax, column amax, RHT_MODE 1's bound)."""
+    from fourcast.kernels import launcher
+    from fourcast.kernels import rowcol_gluon as rg
+
+    R, C = x.shape
+    bits = torch.zeros(3, dtype=torch.int32, device=DEV)
+    for mode in modes:
+        grid, consts = rg.amax_launch(R, C, 16, None, False, True, mode)
+        launcher.run(rg._amax_kernel, grid, (x, bits, signs, R, C), consts)
+    return bits.tolist()
+
+
+# (case, whether the f32 pass leaves a block that may hold the max to the f64 fallback)
+F32_RHT_CASES = [("gaussian", None), ("zeros", False), ("tiny beside the max", True), ("subnormal beside the max", True),
+                 ("near overflow", True), ("nan", True), ("inf", True), ("wide, not the max", False)]
+
+
+@pytest.mark.parametrize("case,fallback", F32_RHT_CASES)
+def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
+    """The amax pass's column RHT of 16 in f32 then the gated f64 fallback (the default for a
+    bf16 input, RHT_MODE 1 then 2) records mode 0's bits (f64 for every block) exactly, NaN
+    payloads included; the fallback runs (the bound above the exact blocks' max) where a block
+    f32 cannot settle (a spread of exponents over 12, a subnormal, near overflow, non-finite)
+    holds the max, and not where such a block lies below it."""
+    _hopper()
+    g = torch.Generator(device=DEV).manual_seed(11)
+    x = torch.randn(1024, 640, device=DEV, generator=g)
+    if case == "zeros":
+        x.zero_()
+    elif case == "tiny beside the max":  # a column block of rows 512-527: 40 and 2^-20
+        x[520, 77], x[515, 77] = 40.0, 2.0 ** -20
+    elif case == "subnormal beside the max":
+        x[16, 5], x[17, 5] = -50.0, 1e-39
+    elif case == "near overflow":  # f32's partial sums overflow where f64's do not
+        x[48:52, 9] = 2.0 ** 127
+        x[52:56, 9] = -(2.0 ** 127)
+    elif case == "nan":
+        x[100, 3] = float("nan")
+    elif case == "inf":
+        x[200, 4] = float("-inf")
+    elif case == "wide, not the max":
+        x[300, 10], x[301, 10], x[302, 10] = 0.5, 2.0 ** -30, 0.0
+        x[592:608, 20] = 1.0  # the max's block exact: exponents within 6
+        x[600, 20] = 60.0
+    x = x.bfloat16()
+    signs = ref.rht_signs(16, "te").to(DEV).float()
+    want = _column_rht_amax(x, signs, (0,))
+    got = _column_rht_amax(x, signs, (1, 2))
+    assert got[:2] == want[:2], (case, got, want)
+    first = _column_rht_amax(x, signs, (1,))
+    if fallback is not None:
+        assert (first[2] > first[1]) == fallback, (case, first)
+    if not first[2] > first[1]:  # the f32 pass alone settled it
+        assert first[:2] == want[:2]
+    # and the call: the amaxes launch_rowcol returns, the codes the reference's
+    spec = qk.parse_fmt(F["nvfp4"])
+    o = qk.launch_rowcol(x, spec, "rtne", "rtne", 0, 0, None, (16, signs), None, None, write_codes=True,
+                         write_xhat=False)
+    assert [testing.bits(a.reshape(1)).item() for a in o["amax"]] == want[:2]
 
 
 # rowcol_gluon.Config: the session-17 layouts (B / 8 lanes a block), other one-lane tiles, and

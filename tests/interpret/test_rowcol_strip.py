@@ -66,6 +66,23 @@ def test_strip_programs_of_several_row_tiles(name, iters, monkeypatch):
     assert strip.strip_iters(32768, 32, 768, 32, False, None, False) == 1  # MX's 32-row tiles
 
 
+@pytest.mark.parametrize("reversed_", [True, False])
+def test_amax_pass_in_either_order(reversed_, monkeypatch):
+    """The amax pass runs its programs in the reverse of the quantize pass's launch order (the
+    tiles it reads last are then in L2 when the quantize pass starts); CONFIG_OVERRIDE
+    "amax_reversed" False (the benchmarks' comparison) keeps launch order. Both orders: the
+    plan's REVERSED as asked, the amaxes (a column RHT's included) and codes the reference's,
+    on 3 x 3 programs with tiles past the last row."""
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "amax_reversed", reversed_)
+    f, s_c = F["nvfp4"], ref.rht_signs(16, "per-step", 5)
+    x = testing.make_input("heavy", (80, 192), torch.bfloat16, seed=4, fmt=f)
+    plan = qk._rowcol_plan(x, qk.parse_fmt(f), "rtne", "rtne", 0, 16, (True, True), (False, False), False,
+                           True, False)
+    (kernel, grid, consts), = plan["amax"]
+    assert kernel == "strip" and consts["REVERSED"] is reversed_ and grid[0] > 1 and grid[1] > 1
+    testing.check_rowcol(x, f, "rtne", "rtne", 0, 0, None, (16, s_c))
+
+
 @pytest.mark.parametrize("name", BLOCK_FORMATS)
 def test_strip_is_bit_exact(name):
     f = F[name]

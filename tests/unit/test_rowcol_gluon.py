@@ -105,15 +105,18 @@ def test_column_rht16_compiles_in_thread(fmt, fuse, mode):
     assert k["atom"] == (2 if fuse else 0)
 
 
-@pytest.mark.parametrize("rn_c,f32", [(0, False), (16, False), (0, True), (16, True)])
-def test_amax_pass_compiles(rn_c, f32):
+@pytest.mark.parametrize("rn_c,f32,mode", [(0, False, 0), (16, False, 0), (0, True, 0), (16, True, 0), (16, False, 1),
+                                           (16, False, 2)])
+def test_amax_pass_compiles(rn_c, f32, mode):
     """rowcol_gluon's amax pass, bf16 or f32 input: no spills, two atomics a program, and with
     a column RHT of 16 the f64 butterflies in each thread (the rows' max needs no shuffle
-    either; only the program's final reductions cross lanes)."""
+    either; only the program's final reductions cross lanes). RHT_MODE 1 (a bf16 input's
+    column RHT in f32): no f64 at all, a third atomic (the bound); 2 (the fallback): the
+    column amax's atomic alone, in f64."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("import json, os, re, subprocess, sys, tempfile, triton\n"
             "from fourcast.kernels import rowcol_gluon as rg\n"
-            f"k = rg.compile_amax_sm90({rn_c}, None, {f32})\n"
+            f"k = rg.compile_amax_sm90({rn_c}, None, {f32}, {mode})\n"
             "b = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump')\n"
             "f = tempfile.NamedTemporaryFile(suffix='.cubin'); f.write(k.asm['cubin']); f.flush()\n"
             "res = subprocess.run([b, '-res-usage', f.name], capture_output=True, text=True, check=True).stdout\n"
@@ -127,8 +130,8 @@ def test_amax_pass_compiles(rn_c, f32):
     k = json.loads(out.stdout.strip().splitlines()[-1])
     # f32 with the RHT sits at 254-255 registers: Triton 3.6 (the device's) spills nothing,
     # 3.9's ptxas one register (a 4-byte store and load, 8 bytes of stack)
-    assert k["local"] <= (8 if f32 and rn_c == 16 else 0) and k["atom"] == 2
-    assert (k["f64"] > 0) == (rn_c == 16)
+    assert k["local"] <= (8 if f32 and rn_c == 16 else 0) and k["atom"] == {0: 2, 1: 3, 2: 1}[mode]
+    assert (k["f64"] > 0) == (rn_c == 16 and mode != 1)
 
 
 def test_one_lane_layouts_fit_their_tiles_only():
@@ -397,16 +400,19 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
         calls.clear()
         o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, None, rht_c, amax, amax, write_codes=codes,
                              write_xhat=xhat, unscaled=True)
-        fn0, grid0, args0, consts0 = calls[0]
-        assert fn0 is rg._amax_kernel and len(calls) == 2
-        cfg0 = rg.amax_config(rn_c)
-        assert grid0 == (256 // (cfg0.bm * cfg0.iters), 384 // cfg0.bk) and consts0["NW"] == cfg0.warps
-        amax_arg = dict(zip([q.name for q in fn0.params], args0))
-        assert amax_arg["X"] is x and (amax_arg["R"], amax_arg["C"]) == (256, 384)
-        assert amax_arg["AMAX_BITS"].data_ptr() == calls[1][2][names.index("AMAX_IN_R")].data_ptr()
-        assert (amax_arg["SIGNS_C"] is signs) if rn_c else amax_arg["SIGNS_C"].numel() <= 1
-        assert set(consts0) - {"num_warps"} == {q.name for q in fn0.params if q.is_constexpr}
-        assert consts0["RN_C"] == rn_c
+        modes = rg.amax_modes(rn_c, False)  # a column RHT: in f32, then the f64 fallback
+        assert modes == ((1, 2) if rn_c else (0,)) and len(calls) == len(modes) + 1
+        for (fn0, grid0, args0, consts0), mode in zip(calls, modes):
+            assert fn0 is rg._amax_kernel and consts0["RHT_MODE"] == mode and consts0["REVERSED"]
+            cfg0 = rg.amax_config(rn_c, mode)
+            assert grid0 == (256 // (cfg0.bm * cfg0.iters), 384 // cfg0.bk) and consts0["NW"] == cfg0.warps
+            amax_arg = dict(zip([q.name for q in fn0.params], args0))
+            assert amax_arg["X"] is x and (amax_arg["R"], amax_arg["C"]) == (256, 384)
+            assert amax_arg["AMAX_BITS"].data_ptr() == calls[-1][2][names.index("AMAX_IN_R")].data_ptr()
+            assert amax_arg["AMAX_BITS"].numel() == 3  # the third word: RHT_MODE 1's bound
+            assert (amax_arg["SIGNS_C"] is signs) if rn_c else amax_arg["SIGNS_C"].numel() <= 1
+            assert set(consts0) - {"num_warps"} == {q.name for q in fn0.params if q.is_constexpr}
+            assert consts0["RN_C"] == rn_c
     assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
     if consts["FUSE_AMAX"] and not (rn_c or rn_r):  # one amax, recorded at AMAX_BITS[0], returned for both copies
         assert arg["AMAX_IN_R"].data_ptr() == arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr()

@@ -1161,17 +1161,21 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
         grid = rg.grid(R, C, cfg, multiprocessors(x.device) if x.is_cuda else 132)  # CPU: the unit tests' stubs
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
+    # The amax pass's launches (kernel, grid, constexprs). Benchmarks only: "amax_reversed" False
+    # runs it in launch order, "amax_rht_f32" False a column RHT's in f64 throughout.
+    reversed_ = CONFIG_OVERRIDE.get("amax_reversed", True)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
-        plan["amax"] = ("gluon", *_rowcol_gluon().amax_launch(R, C, rnc, CONFIG_OVERRIDE.get("amax_gluon"),
-                                                              x.dtype == torch.float32))
+        rg, f32, tile = _rowcol_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
+        plan["amax"] = tuple(("gluon", *rg.amax_launch(R, C, rnc, tile, f32, reversed_, mode))
+                             for mode in rg.amax_modes(rnc, f32, CONFIG_OVERRIDE.get("amax_rht_f32", True)))
     elif fresh and route in ("strip", "gluon"):
         br0, bc0, amax_iters = strip.amax_config(br, bc, interp)
-        plan["amax"] = ("strip", (_cdiv(R, br0 * amax_iters), _cdiv(C, bc0)),
-                        dict(RN_R=rn, LOG2N_R=l_r, NORM_R=rht_norm(rn), RN_C=rnc, LOG2N_C=l_c, NORM_C=rht_norm(rnc),
-                             BR=br0, BC=bc0, ITERS=amax_iters, num_warps=1))
+        plan["amax"] = (("strip", (_cdiv(R, br0 * amax_iters), _cdiv(C, bc0)),
+                         dict(RN_R=rn, LOG2N_R=l_r, NORM_R=rht_norm(rn), RN_C=rnc, LOG2N_C=l_c, NORM_C=rht_norm(rnc),
+                              BR=br0, BC=bc0, ITERS=amax_iters, REVERSED=reversed_, num_warps=1)),)
     elif fresh:
-        plan["amax"] = ("transpose", plan["grid"], dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False,
-                                                        WRITE_XHAT=False))
+        plan["amax"] = (("transpose", plan["grid"], dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False,
+                                                         WRITE_XHAT=False)),)
     if len(_ROWCOL_PLANS) > 512:
         _ROWCOL_PLANS.clear()
     _ROWCOL_PLANS[key] = plan
@@ -1221,7 +1225,8 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     xhat_c = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[1] else x
     ts = torch.empty(2, dtype=torch.float32, device=dev)
     # The measured amaxes' bits (atomic max, so zeroed first), only where a pass measures them.
-    amax_bits = torch.zeros(2, dtype=torch.int32, device=dev) if fresh or fuse else _unmeasured_amax(dev)
+    # (a third word: the bound of rowcol_gluon's f32 column RHT, RHT_MODE 1)
+    amax_bits = torch.zeros(3, dtype=torch.int32, device=dev) if fresh or fuse else _unmeasured_amax(dev)
     measured = amax_bits.view(torch.float32)
     amax_in = tuple(measured[i] if a is None else torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(())
                     for i, a in enumerate((amax_r, amax_c)))
@@ -1241,8 +1246,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
                 seed, int(offset), int(offset) + R * C)
         if route == "transpose":
             args += (scale_r, scale_c)
-    if plan["amax"] is not None:  # the strip and Gluon kernels' amax pass: rowcol_gluon's, else strip.py's
-        amax_kernel, grid0, consts0 = plan["amax"]
+    for amax_kernel, grid0, consts0 in plan["amax"] or ():  # the amax pass: rowcol_gluon's, strip.py's or PASS 0
         if amax_kernel == "transpose":
             launcher.run(kernel, grid0, args, consts0)
         elif amax_kernel == "gluon":

@@ -52,7 +52,10 @@ _amax_kernel is the two-level formats' amax pass on the same tiling (the row cop
 halfword max on the words, the column copy's after the RHT of 16 in one thread): 0.77-0.89x
 strip.py's pass without an RHT, 0.56-0.73x with it (session 18); quantize.launch_rowcol runs
 it ahead of either quantizer where `amax_applies` (the strip kernel's calls with a decoded
-rotated column, TE's dY call, too).
+rotated column, TE's dY call, too). A bf16 input's column RHT runs in f32 where that is exact
+(most blocks) and bounds the rest; a second launch redoes the column amax in f64 only when a
+bound exceeds the exact blocks' max (session 25: the RHT's pass 99.7 -> 67 us at 8192^2 on an
+H100, the same bits). Its programs run in the reverse of the quantizer's launch order.
 
 A program takes one row tile (the default), several unrolled with the next one's words in
 flight, or (session 24) several in a loop that is not unrolled: a fixed count or a grid-stride
@@ -338,6 +341,58 @@ def _rht_block(ye, yo, sign_e, sign_o, NORM: gl.constexpr, AXIS: gl.constexpr, L
         a = _stage(a, 1 << s, AXIS)
         b = _stage(b, 1 << s, AXIS)
     return gl.convert_layout((a * NORM).to(gl.float32), L), gl.convert_layout((b * NORM).to(gl.float32), L)
+
+
+@gluon.jit
+def _min_u16x2(a, b):
+    """Halfword-wise unsigned min of two 32-bit words (one instruction on sm_90)."""
+    return gl.inline_asm_elementwise("min.u16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=gl.int32, is_pure=True,
+                                     pack=1)
+
+
+@gluon.jit
+def _rht16_sums_f32(we, wo, sign_e, sign_o, SHIFT: gl.constexpr):
+    """The column RHT of 16's sums S (y = S / 4) of the bf16 at bit SHIFT (0 or 16) of words
+    [column block, row pair, word column] (we rows 2p, wo 2p + 1), by _rht_block's butterflies
+    in f32: exact where _rht16_amax_f32 says so. Their max |S| bits per column block."""
+    a = ((we >> SHIFT) << 16).to(gl.float32, bitcast=True) * sign_e
+    b = ((wo >> SHIFT) << 16).to(gl.float32, bitcast=True) * sign_o
+    a, b = a + b, a - b
+    for s in gl.static_range(_log2(a.shape[1])):
+        a = _stage(a, 1 << s, 1)
+        b = _stage(b, 1 << s, 1)
+    return _abs_max_col(a, b)
+
+
+@gluon.jit
+def _rht16_amax_f32(we, wo, sign_e, sign_o, m_exact, m_bound):
+    """A tile's column RHT of 16 in f32 (bf16 words as _rht16_sums_f32's), into the running
+    per-column-block maxima of max |S| bits over the blocks where f32 is exact (m_exact) and of
+    an upper bound on max |S| over the others (m_bound; 0x7FFFFFFF where one holds a non-finite
+    x). Exact: every nonzero x's exponent field within 12 of the largest and above 24, the
+    largest at most 249, so each partial sum of up to 16 x (multiples of the smallest's ulp,
+    below 16x the largest) fits f32's 24 bits without overflow or subnormals; f64's sums, the
+    reference's, are then exact too, and S / 4 its y's bits. Elsewhere f32's S is within
+    2^-18 max |x| of the exact one (four rounded additions of partial sums below 16 max |x|):
+    the bound adds 2^-14 max |x|. Spreads by halfword max / min over the block's words (a zero
+    half mapped above every nonzero one: h + 0x7FFF, top bit flipped, is 0xFFFF for h = 0 and
+    h - 1 otherwise, no carry across halves)."""
+    me = we & 0x7FFF7FFF
+    mo = wo & 0x7FFF7FFF
+    top = gl.reduce(_max_u16x2(me, mo), 1, _max_u16x2)
+    low = gl.reduce(_min_u16x2((me + 0x7FFF7FFF) ^ -2147450880, (mo + 0x7FFF7FFF) ^ -2147450880), 1, _min_u16x2)
+    for h in gl.static_range(2):
+        xmax = (top >> (16 * h)) & 0x7FFF
+        emax = xmax >> 7
+        emin = (((low >> (16 * h)) & 0xFFFF) + 1) >> 7  # 512 for an all-zero block: exact (S = 0)
+        exact = (emax - emin <= 12) & (emax <= 249) & (emin >= 25)
+        sums = _rht16_sums_f32(we, wo, sign_e, sign_o, 16 * h)
+        bound = (sums.to(gl.float32, bitcast=True) + (xmax << 16).to(gl.float32, bitcast=True) * (2.0 ** -14)).to(
+            gl.int32, bitcast=True)
+        bound = gl.where(emax == 255, 0x7FFFFFFF, bound)
+        m_exact = gl.maximum(m_exact, gl.where(exact, sums, 0))
+        m_bound = gl.maximum(m_bound, gl.where(exact, 0, bound))
+    return m_exact, m_bound
 
 
 @gluon.jit
@@ -640,20 +695,53 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
 
 @gluon.jit
 def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.constexpr, BM: gl.constexpr,
-                 BK: gl.constexpr, NW: gl.constexpr, ITERS: gl.constexpr, F32: gl.constexpr = False):
+                 BK: gl.constexpr, NW: gl.constexpr, ITERS: gl.constexpr, F32: gl.constexpr = False,
+                 REVERSED: gl.constexpr = True, RHT_MODE: gl.constexpr = 0):
     """strip._strip_amax_kernel's two tensor amaxes (atomic max of |y| bits: the row copy's at
     AMAX_BITS[0], the column copy's at [1], after an RHT of 16 if RN_C) on _rowcol_kernel's
-    one-lane tiling: a row's amax by halfword max.u16x2 on the words, the column RHT's f64
-    butterflies in one thread (_rht_block), where the strip kernel's cross lanes. A program
-    takes ITERS row tiles, the next one's words in flight, and makes two atomics. F32: x is
-    f32 (two elements a 64-bit word; the row amax by integer max on the bits)."""
+    one-lane tiling: a row's amax by halfword max.u16x2 on the words, the column RHT's
+    butterflies in one thread, where the strip kernel's cross lanes. A program takes ITERS row
+    tiles, the next one's words in flight, and makes two atomics. F32: x is f32 (two elements
+    a 64-bit word; the row amax by integer max on the bits). REVERSED: the tiles in the
+    reverse of the quantize pass's launch order (False: the same order; the benchmarks time
+    both), so the tiles read last, still in L2, are the ones it reads first.
+    The column RHT's arithmetic (RHT_MODE): 0, f64 for every block (_rht_block: the
+    reference's); 1 (bf16 x), f32 (_rht16_amax_f32): the blocks where it is exact go to
+    AMAX_BITS[1], an upper bound on the others' max |y| to AMAX_BITS[2]; 2, run after 1: only
+    where that bound exceeds AMAX_BITS[1] (a block f32 could not settle may hold the max), the
+    column amax again by mode 0's f64, into AMAX_BITS[1]. 1 then 2 give mode 0's bits: the max
+    is an exact block's unless the bound says otherwise, and then mode 0's."""
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
+    if REVERSED:
+        pid_r = gl.num_programs(0) - 1 - pid_r
+        pid_c = gl.num_programs(1) - 1 - pid_c
+    if RHT_MODE == 2:
+        if gl.load(AMAX_BITS + 2) > gl.load(AMAX_BITS + 1):
+            _, m_c, _ = _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C, NORM_C, BM, BK, NW, ITERS, F32, 0, False)
+            gl.atomic_max(AMAX_BITS + 1, m_c)
+    else:
+        row, m_c, bound = _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C, NORM_C, BM, BK, NW, ITERS, F32, RHT_MODE,
+                                      True)
+        gl.atomic_max(AMAX_BITS, row)
+        gl.atomic_max(AMAX_BITS + 1, m_c if RN_C > 0 else row)
+        if RHT_MODE == 1:
+            gl.atomic_max(AMAX_BITS + 2, bound)
+
+
+@gluon.jit
+def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.constexpr, BM: gl.constexpr,
+                BK: gl.constexpr, NW: gl.constexpr, ITERS: gl.constexpr, F32: gl.constexpr, RHT_MODE: gl.constexpr,
+                ROWS: gl.constexpr):
+    """_amax_kernel's program: (the row amax's bits if ROWS, the column copy's max |y| bits,
+    RHT_MODE 1's bound on it) over its ITERS row tiles: running maxima per thread, reduced
+    across the program once (with f64 butterflies a tile: they need the registers)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = 8
+    F64: gl.constexpr = RN_C > 0 and RHT_MODE != 1  # f64 butterflies: every maximum reduced a tile
     LR: gl.constexpr = _row_layout(W, WB, NW, True)
     LC: gl.constexpr = _col_layout(H, W, WB, NW, True)
-    pid_r = gl.program_id(0)
-    pid_c = gl.program_id(1)
     i = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None, None]
     g = gl.arange(0, W // WB, layout=gl.SliceLayout(0, gl.SliceLayout(2, LR)))[None, :, None]
     k = gl.arange(0, WB, layout=gl.SliceLayout(0, gl.SliceLayout(1, LR)))[None, None, :]
@@ -663,11 +751,12 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
     t0 = pid_r * ITERS
     e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)
     o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)
-    m_r = 0  # halfword maxima (max.u16x2), both halves one row amax
+    m_r = 0  # bf16: halfword maxima (max.u16x2), both halves row amaxes; f32: the bits
     m_c = 0
+    m_bound = 0
     if RN_C > 0:
-        sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
-        sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
+        sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float32 if RHT_MODE == 1 else gl.float64)
+        sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float32 if RHT_MODE == 1 else gl.float64)
     for it in gl.static_range(ITERS):
         e = e_next
         o = o_next
@@ -675,26 +764,36 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
             r1 = (t0 + it + 1) * H
             e_next = gl.load(XW + (2 * (r1 + i)) * (C // 2) + w)
             o_next = gl.load(XW + (2 * (r1 + i) + 1) * (C // 2) + w)
-        if F32:  # f32 bits: m_r the row amax's bits itself
+        if ROWS and F32:
             e_lo, e_hi = _abs_max_elems(e, 2, True)
             o_lo, o_hi = _abs_max_elems(o, 2, True)
             m = gl.maximum(gl.maximum(e_lo, e_hi), gl.maximum(o_lo, o_hi))
-            m_r = gl.maximum(m_r, gl.max(gl.max(m, axis=1), axis=0))
-        else:
+            m_r = gl.maximum(m_r, gl.max(gl.max(m, axis=1), axis=0) if F64 else m)
+        elif ROWS:
             m = _max_u16x2(_abs_max16(e, 2), _abs_max16(o, 2))
-            m_r = _max_u16x2(m_r, gl.reduce(gl.reduce(m, 1, _max_u16x2), 0, _max_u16x2))
+            m_r = _max_u16x2(m_r, gl.reduce(gl.reduce(m, 1, _max_u16x2), 0, _max_u16x2) if F64 else m)
         if RN_C > 0:
             ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // WB, WB, W]), LC)
             oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // WB, WB, W]), LC)
-            e_lo, e_hi = _elems(ec, F32)
-            o_lo, o_hi = _elems(oc, F32)
-            e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC)
-            e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC)
-            mc = gl.maximum(_abs_max_col(e_lo, o_lo), _abs_max_col(e_hi, o_hi))
-            m_c = gl.maximum(m_c, gl.max(gl.max(mc, axis=1), axis=0))
+            if RHT_MODE == 1:
+                m_c, m_bound = _rht16_amax_f32(ec, oc, sign_e, sign_o, m_c, m_bound)
+            else:
+                e_lo, e_hi = _elems(ec, F32)
+                o_lo, o_hi = _elems(oc, F32)
+                e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC)
+                e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC)
+                mc = gl.maximum(_abs_max_col(e_lo, o_lo), _abs_max_col(e_hi, o_hi))
+                m_c = gl.maximum(m_c, gl.max(gl.max(mc, axis=1), axis=0))
+    if ROWS and not F64:
+        m_r = gl.max(gl.max(m_r, axis=1), axis=0) if F32 else gl.reduce(gl.reduce(m_r, 1, _max_u16x2), 0, _max_u16x2)
     row = m_r if F32 else gl.maximum(m_r << 16, m_r & -65536)
-    gl.atomic_max(AMAX_BITS, row)
-    gl.atomic_max(AMAX_BITS + 1, m_c if RN_C > 0 else row)
+    col = m_c
+    bound = 0
+    if RHT_MODE == 1:  # max |S| -> max |y| = |S| / 4, exact (S is 0 or above 2^-110: no subnormal)
+        col = (gl.max(gl.max(m_c, axis=1), axis=0).to(gl.float32, bitcast=True) * 0.25).to(gl.int32, bitcast=True)
+        bound = (gl.max(gl.max(m_bound, axis=1), axis=0).to(gl.float32, bitcast=True) * 0.25).to(gl.int32,
+                                                                                                  bitcast=True)
+    return row, col, bound
 
 
 # _amax_kernel's tiles: the quantizer's 64 x 128, several row tiles a program (a read-only
@@ -702,13 +801,14 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
 # 8, five shapes from 8192^2 to 32768 x 4608, against strip.py's pass): without an RHT 8 warps,
 # four tiles (0.77-0.89x), with the column RHT 4 warps, eight tiles (0.56-0.73x; its f64
 # butterflies take 170 registers, so fewer warps a program let more programs share an SM).
+# The column RHT in f32 (RHT_MODE 1, 80 registers) takes the tile without an RHT.
 AMAX_CONFIG = Config(64, 128, 8, 4)
 AMAX_RHT_CONFIG = Config(64, 128, 4, 8)
 
 
-def amax_config(rn_c: int) -> Config:
-    """_amax_kernel's tile for a column RHT of rn_c (0: none)."""
-    return AMAX_RHT_CONFIG if rn_c else AMAX_CONFIG
+def amax_config(rn_c: int, rht_mode: int = 0) -> Config:
+    """_amax_kernel's tile for a column RHT of rn_c (0: none) at RHT_MODE rht_mode."""
+    return AMAX_RHT_CONFIG if rn_c and rht_mode != 1 else AMAX_CONFIG
 
 
 def amax_applies(x: torch.Tensor, rht: tuple, config: tuple | None = None) -> bool:
@@ -720,12 +820,21 @@ def amax_applies(x: torch.Tensor, rht: tuple, config: tuple | None = None) -> bo
             and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
 
 
-def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: bool = False) -> tuple[tuple, dict]:
+def amax_modes(rn_c: int, f32: bool, rht_f32: bool = True) -> tuple[int, ...]:
+    """The _amax_kernel launches (their RHT_MODEs) of a pass: a bf16 input's column RHT in f32
+    and then the f64 fallback, which exits at once unless needed (rht_f32 False: f64 for
+    every block, the benchmarks' comparison); otherwise one launch."""
+    return (1, 2) if rn_c == 16 and not f32 and rht_f32 else (0,)
+
+
+def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: bool = False,
+                reversed_: bool = True, rht_mode: int = 0) -> tuple[tuple, dict]:
     """(grid, constexprs) of _amax_kernel for an (R, C) input (f32: an f32 one) with a
-    column RHT of rn_c."""
-    config = Config(*(config or amax_config(rn_c)))
+    column RHT of rn_c (reversed_, rht_mode: its REVERSED, RHT_MODE)."""
+    config = Config(*(config or amax_config(rn_c, rht_mode)))
     consts = dict(RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, BM=config.bm, BK=config.bk,
-                  NW=config.warps, ITERS=config.iters, F32=f32, num_warps=config.warps)
+                  NW=config.warps, ITERS=config.iters, F32=f32, REVERSED=reversed_, RHT_MODE=rht_mode,
+                  num_warps=config.warps)
     return (R // (config.bm * config.iters), C // config.bk), consts
 
 
@@ -806,13 +915,13 @@ def grid(R: int, C: int, config: tuple = CONFIG, sms: int = 132) -> tuple:
     return (R // (config.bm * config.iters), cols)
 
 
-def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False):
+def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False, rht_mode: int = 0):
     """_amax_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    _, consts = amax_launch(1, 1, rn_c, config, f32)
+    _, consts = amax_launch(1, 1, rn_c, config, f32, rht_mode=rht_mode)
     warps = consts.pop("num_warps")
     fn = _amax_kernel
     sig = dict(X="*fp32" if f32 else "*bf16", AMAX_BITS="*i32", SIGNS_C="*fp32", R="i32", C="i32",

@@ -106,14 +106,19 @@ def _copies(x, r, c, SIGNS_R, SIGNS_C, RN_R: tl.constexpr, LOG2N_R: tl.constexpr
 @triton.jit
 def _strip_amax_kernel(X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C, RN_R: tl.constexpr, LOG2N_R: tl.constexpr,
                        NORM_R: tl.constexpr, RN_C: tl.constexpr, LOG2N_C: tl.constexpr, NORM_C: tl.constexpr,
-                       BR: tl.constexpr, BC: tl.constexpr, ITERS: tl.constexpr):
+                       BR: tl.constexpr, BC: tl.constexpr, ITERS: tl.constexpr, REVERSED: tl.constexpr = True):
     """The amax pass of two-level formats: the two tensor amaxes (atomic max of |y| bits,
     row copy at AMAX_BITS[0], column copy, after its RHT, at [1]). A program takes ITERS
     row tiles and makes two atomics: every atomic hits the same two words, so with one
     per [16, 32] tile they, not the read, set the time (0.6 ms of a 32768 x 4608 dY call,
-    training-h200.md run 9)."""
+    training-h200.md run 9). REVERSED: the programs in the reverse of the quantize pass's
+    launch order, as rowcol_gluon._amax_kernel's (why there)."""
     pid_r = tl.program_id(0)
-    c = tl.program_id(1) * BC + tl.arange(0, BC)[None, :]
+    pid_c = tl.program_id(1)
+    if REVERSED:
+        pid_r = tl.num_programs(0) - 1 - pid_r
+        pid_c = tl.num_programs(1) - 1 - pid_c
+    c = pid_c * BC + tl.arange(0, BC)[None, :]
     m_r = tl.zeros((BR, BC), tl.int32)
     m_c = tl.zeros((BR, BC), tl.int32)
     for it in range(ITERS):
