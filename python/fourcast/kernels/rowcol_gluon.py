@@ -801,23 +801,33 @@ def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.cons
 # 8, five shapes from 8192^2 to 32768 x 4608, against strip.py's pass): without an RHT 8 warps,
 # four tiles (0.77-0.89x), with the column RHT 4 warps, eight tiles (0.56-0.73x; its f64
 # butterflies take 170 registers, so fewer warps a program let more programs share an SM).
-# The column RHT in f32 (RHT_MODE 1, 80 registers) takes the tile without an RHT.
+# Session 25 (H100, the four tiles at five shapes): the column RHT in f32 (RHT_MODE 1, 80
+# registers) fastest at the tile without an RHT (0.44-0.60x strip.py's pass, 0.57-0.76x at
+# 4 warps); an f32 input without an RHT 2x slower there than at two tiles of 8 warps
+# (0.92-1.01x strip.py's).
 AMAX_CONFIG = Config(64, 128, 8, 4)
 AMAX_RHT_CONFIG = Config(64, 128, 4, 8)
+AMAX_F32_CONFIG = Config(64, 128, 8, 2)
 
 
-def amax_config(rn_c: int, rht_mode: int = 0) -> Config:
-    """_amax_kernel's tile for a column RHT of rn_c (0: none) at RHT_MODE rht_mode."""
-    return AMAX_RHT_CONFIG if rn_c and rht_mode != 1 else AMAX_CONFIG
+def amax_config(rn_c: int, rht_mode: int = 0, f32: bool = False) -> Config:
+    """_amax_kernel's tile for a column RHT of rn_c (0: none) at RHT_MODE rht_mode (f32:
+    an f32 input)."""
+    if rn_c and rht_mode != 1:
+        return AMAX_RHT_CONFIG
+    return AMAX_F32_CONFIG if f32 else AMAX_CONFIG
 
 
 def amax_applies(x: torch.Tensor, rht: tuple, config: tuple | None = None) -> bool:
     """Whether _amax_kernel serves this row+col call's amax pass: bf16 or f32, R a multiple
-    of BM x ITERS and C of BK, no row RHT, a column RHT of 16 or none."""
-    config = Config(*(config or amax_config(rht[1])))
+    of BM x ITERS (each launch's: `config`, else amax_config's) and C of BK, no row RHT, a
+    column RHT of 16 or none."""
+    if x.dtype not in INPUTS or rht[0] != 0 or rht[1] not in (0, 16):
+        return False
+    f32 = x.dtype == torch.float32
+    configs = [config] if config else [amax_config(rht[1], m, f32) for m in amax_modes(rht[1], f32)]
     R, C = x.shape
-    return (x.dtype in INPUTS and rht[0] == 0 and rht[1] in (0, 16)
-            and R % (config.bm * config.iters) == 0 and C % config.bk == 0)
+    return all(R % (c.bm * c.iters) == 0 and C % c.bk == 0 for c in (Config(*c) for c in configs))
 
 
 def amax_modes(rn_c: int, f32: bool, rht_f32: bool = True) -> tuple[int, ...]:
@@ -831,7 +841,7 @@ def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: boo
                 reversed_: bool = True, rht_mode: int = 0) -> tuple[tuple, dict]:
     """(grid, constexprs) of _amax_kernel for an (R, C) input (f32: an f32 one) with a
     column RHT of rn_c (reversed_, rht_mode: its REVERSED, RHT_MODE)."""
-    config = Config(*(config or amax_config(rn_c, rht_mode)))
+    config = Config(*(config or amax_config(rn_c, rht_mode, f32)))
     consts = dict(RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, BM=config.bm, BK=config.bk,
                   NW=config.warps, ITERS=config.iters, F32=f32, REVERSED=reversed_, RHT_MODE=rht_mode,
                   num_warps=config.warps)
