@@ -72,6 +72,7 @@ def main(path: str) -> None:
             cells = " | ".join(f"{row[n]['ms']:.2f} ms ({row[n]['ratio']:.2f}x)" for n in names if n in row)
             print(f"| {row['shape']} | {row['bf16_ms']:.2f} | {cells} |")
     graphed_table(r.get("graphed", []))
+    amax_calls_table(r.get("amax_calls", []))
     rowcol_gluon_table(r.get("rowcol_gluon", []))
     for name in ("gemm_rs_regs", "gemm_rs_persistent"):
         gemm_runs_table(name, r.get(name, []))
@@ -95,6 +96,22 @@ def graphed_table(rows) -> None:
               f" {g['ms'] * 1e3:.1f} | {g['frac_copy']:.0%} | "
               + (f"{g['eager_ms'] * 1e3:.1f}" if "eager_ms" in g else "") + " | "
               + (f"{peer * 1e3:.1f} | **{g['vs_compiled']:.1f}x**" if peer else " | ") + " |")
+
+
+def amax_calls_table(rows) -> None:
+    """The `amax_calls` section: the calls that measure their amax, by the amax pass's variant
+    (GPU us, the pass's share, the ratio to the compiled peer where timed)."""
+    if not rows:
+        return
+    print("\n| call, amax measured (CUDA graph replay) | shape | variant | GPU us | amax pass us | vs compiled |"
+          "\n|---|---|---|---|---|---|")
+    for g in rows:
+        for v, t in g["ms"].items():
+            share = g["amax_pass_ms"].get(v)
+            ratio = g.get("vs_compiled", {}).get(v)
+            print(f"| {g['call']} | {g['shape']} | {v} | {t * 1e3:.1f} | "
+                  + (f"{share * 1e3:.1f}" if share is not None else "") + " | "
+                  + (f"{ratio:.2f}x" if ratio is not None else "") + " |")
 
 
 def rowcol_gluon_table(rows) -> None:
