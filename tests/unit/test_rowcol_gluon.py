@@ -135,21 +135,19 @@ def test_amax_pass_compiles(rn_c, f32, mode):
 
 
 def test_amax_pass_tiles_and_scope():
-    """The amax pass's tile per launch (session 25's timings): bf16 without an RHT and the f32
-    column RHT (mode 1) 8 warps x 4 tiles, the f64 RHT (modes 0 and 2) 4 x 8, an f32 input
-    without an RHT 8 x 2; a call is served only where every launch's tile divides it (the f64
-    fallback's 512 rows too)."""
+    """The amax pass's tile per launch (session 25's timings): without an RHT and with the f32
+    column RHT (mode 1) 8 warps x 4 tiles, the f64 RHT (modes 0 and 2) 4 x 8; a call is served
+    only where every launch's tile divides it (the f64 fallback's 512 rows too)."""
     assert rg.amax_config(0) == rg.amax_config(16, 1) == rg.AMAX_CONFIG == rg.Config(64, 128, 8, 4)
-    assert rg.amax_config(16, 0) == rg.amax_config(16, 2) == rg.amax_config(16, 0, True) == rg.AMAX_RHT_CONFIG
-    assert rg.amax_config(0, 0, True) == rg.AMAX_F32_CONFIG == rg.Config(64, 128, 8, 2)
+    assert rg.amax_config(16, 0) == rg.amax_config(16, 2) == rg.AMAX_RHT_CONFIG == rg.Config(64, 128, 4, 8)
     assert rg.amax_modes(16, False) == (1, 2) and rg.amax_modes(16, True) == rg.amax_modes(0, False) == (0,)
     assert rg.amax_modes(16, False, rht_f32=False) == (0,)
     bf, f32 = torch.bfloat16, torch.float32
     assert rg.amax_applies(torch.empty(256, 128, dtype=bf), (0, 0))
     assert not rg.amax_applies(torch.empty(256, 128, dtype=bf), (0, 16))  # the fallback's tile: 512 rows
     assert rg.amax_applies(torch.empty(512, 128, dtype=bf), (0, 16))
-    assert rg.amax_applies(torch.empty(128, 128, dtype=f32), (0, 0))
-    assert not rg.amax_applies(torch.empty(128, 128, dtype=bf), (0, 0))
+    assert rg.amax_applies(torch.empty(256, 128, dtype=f32), (0, 0))
+    assert not rg.amax_applies(torch.empty(128, 128, dtype=f32), (0, 0))
     assert not rg.amax_applies(torch.empty(512, 128, dtype=bf), (16, 0))  # a row RHT: strip.py's pass
     assert rg.amax_applies(torch.empty(128, 128, dtype=bf), (0, 0), (64, 128, 8, 2))
 

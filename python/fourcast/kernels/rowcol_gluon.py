@@ -735,11 +735,13 @@ def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.cons
                 ROWS: gl.constexpr):
     """_amax_kernel's program: (the row amax's bits if ROWS, the column copy's max |y| bits,
     RHT_MODE 1's bound on it) over its ITERS row tiles: running maxima per thread, reduced
-    across the program once (with f64 butterflies a tile: they need the registers)."""
+    across the program once (a tile at a time where F64 below says so)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = 8
-    F64: gl.constexpr = RN_C > 0 and RHT_MODE != 1  # f64 butterflies: every maximum reduced a tile
+    # every maximum reduced a tile with f64 butterflies (they need the registers) or an f32 input
+    # (running maxima of its 64-bit words took 70-173 registers, and twice the time, session 25)
+    F64: gl.constexpr = (RN_C > 0 and RHT_MODE != 1) or F32
     LR: gl.constexpr = _row_layout(W, WB, NW, True)
     LC: gl.constexpr = _col_layout(H, W, WB, NW, True)
     i = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None, None]
@@ -803,19 +805,14 @@ def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.cons
 # butterflies take 170 registers, so fewer warps a program let more programs share an SM).
 # Session 25 (H100, the four tiles at five shapes): the column RHT in f32 (RHT_MODE 1, 80
 # registers) fastest at the tile without an RHT (0.44-0.60x strip.py's pass, 0.57-0.76x at
-# 4 warps); an f32 input without an RHT 2x slower there than at two tiles of 8 warps
-# (0.92-1.01x strip.py's).
+# 4 warps).
 AMAX_CONFIG = Config(64, 128, 8, 4)
 AMAX_RHT_CONFIG = Config(64, 128, 4, 8)
-AMAX_F32_CONFIG = Config(64, 128, 8, 2)
 
 
-def amax_config(rn_c: int, rht_mode: int = 0, f32: bool = False) -> Config:
-    """_amax_kernel's tile for a column RHT of rn_c (0: none) at RHT_MODE rht_mode (f32:
-    an f32 input)."""
-    if rn_c and rht_mode != 1:
-        return AMAX_RHT_CONFIG
-    return AMAX_F32_CONFIG if f32 else AMAX_CONFIG
+def amax_config(rn_c: int, rht_mode: int = 0) -> Config:
+    """_amax_kernel's tile for a column RHT of rn_c (0: none) at RHT_MODE rht_mode."""
+    return AMAX_RHT_CONFIG if rn_c and rht_mode != 1 else AMAX_CONFIG
 
 
 def amax_applies(x: torch.Tensor, rht: tuple, config: tuple | None = None) -> bool:
@@ -825,7 +822,7 @@ def amax_applies(x: torch.Tensor, rht: tuple, config: tuple | None = None) -> bo
     if x.dtype not in INPUTS or rht[0] != 0 or rht[1] not in (0, 16):
         return False
     f32 = x.dtype == torch.float32
-    configs = [config] if config else [amax_config(rht[1], m, f32) for m in amax_modes(rht[1], f32)]
+    configs = [config] if config else [amax_config(rht[1], m) for m in amax_modes(rht[1], f32)]
     R, C = x.shape
     return all(R % (c.bm * c.iters) == 0 and C % c.bk == 0 for c in (Config(*c) for c in configs))
 
@@ -841,7 +838,7 @@ def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: boo
                 reversed_: bool = True, rht_mode: int = 0) -> tuple[tuple, dict]:
     """(grid, constexprs) of _amax_kernel for an (R, C) input (f32: an f32 one) with a
     column RHT of rn_c (reversed_, rht_mode: its REVERSED, RHT_MODE)."""
-    config = Config(*(config or amax_config(rn_c, rht_mode, f32)))
+    config = Config(*(config or amax_config(rn_c, rht_mode)))
     consts = dict(RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, BM=config.bm, BK=config.bk,
                   NW=config.warps, ITERS=config.iters, F32=f32, REVERSED=reversed_, RHT_MODE=rht_mode,
                   num_warps=config.warps)
