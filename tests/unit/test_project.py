@@ -279,7 +279,7 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     new = project.project(run, [], quant_rev=11).h200_error_gpu["quantize"]
     assert old > 0.05 and abs(new) < 0.02, (old, new)
     # the kernels' revision is the model's default (kernels/__init__.py and rust ops.rs agree)
-    assert QUANT_REV == 19
+    assert QUANT_REV == 20
     default = project.project(run, []).h200_error_gpu["quantize"]
     assert project.project(run, [], quant_rev=QUANT_REV).h200_error_gpu["quantize"] == default
     # 13 runs the RTNE row+col calls (this run's X and W calls) on rowcol_gluon: priced lower;
@@ -303,8 +303,13 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     # 19 (session 21's shorter RTNE codes) is priced as 18 until a training run records it
     rev19 = project.project(mx, [], quant_rev=19)
     assert rev19.h200_model_gpu["quantize"] == rev18.h200_model_gpu["quantize"]
+    # 20 (session 25) measures a bf16 input's rotated column amax in f32 where exact: TE's
+    # calls with a fresh amax (run 20's) priced lower; MXFP4's (no amax pass) as at 19
+    rev19, rev20 = (project.project(te, [], quant_rev=r).h200_model_gpu["quantize"] for r in (19, 20))
+    assert rev20 < 0.995 * rev19, (rev19, rev20)
+    assert project.project(mx, [], quant_rev=20).h200_model_gpu["quantize"] == rev18.h200_model_gpu["quantize"]
     with pytest.raises(ConfigError, match="quant_rev"):
-        project.project(run, [], quant_rev=20)
+        project.project(run, [], quant_rev=21)
 
 
 # Per call (model-calibration-per-call.md): run 18's quantize calls against the model, (min, max)

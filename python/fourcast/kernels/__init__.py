@@ -28,7 +28,9 @@ from fourcast.kernels.utils import Packed
 # amax pass too, 18 MXFP4's calls there (one lane a block of 32: a row RHT of 32, "sr16", a
 # rounding for each copy), 19 RTNE codes in fewer instructions (quantize._rtne_aligned, the
 # sign by one IMAD.HI: rowcol_gluon's NVFP4 codes 44.75 -> 37.0 SASS an element, session 21;
-# timed in session 22 at 0.83-0.98 of 18's time; priced as 18 until a training run records it).
-QUANT_REV = 19
+# timed in session 22 at 0.83-0.98 of 18's time; priced as 18 until a training run records it),
+# 20 the amax pass's column RHT in f32 where exact, f64 only where a bound calls for it (a bf16
+# input; session 25: 0.47x strip.py's rotated pass against 0.58x, on an H100).
+QUANT_REV = 20
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

@@ -178,6 +178,9 @@ pub struct EmulCost {
     /// As `gluon_amax_time_factor`, for an amax pass with a column RHT of 16 (of strip.py's
     /// whole rotated pass, `amax_rht_s_per_elem` included).
     pub gluon_amax_rht_time_factor: f64,
+    /// As `gluon_amax_rht_time_factor`, from quantizer revision 20 (a bf16 input's column RHT
+    /// in f32 where exact, f64 only where a bound calls for it).
+    pub gluon_amax_rht_split_time_factor: f64,
     /// An amax pass over an f32 input over the same pass over a bf16 one, per kernel and
     /// rotation: strip.py's (plain, rotated), rowcol_gluon.py's (plain, column RHT of 16).
     pub amax_f32_time_factor: f64,
@@ -368,6 +371,11 @@ impl Hw {
                 gluon_amax_rht_time_factor: optional_factor(
                     &e.triton_quant_gluon_amax_rht_time_factor,
                 ),
+                gluon_amax_rht_split_time_factor: e
+                    .triton_quant_gluon_amax_rht_split_time_factor
+                    .as_ref()
+                    .or(e.triton_quant_gluon_amax_rht_time_factor.as_ref())
+                    .map_or(1.0, |n| n.value),
                 amax_f32_time_factor: optional_factor(&e.triton_quant_amax_f32_time_factor),
                 amax_rht_f32_time_factor: optional_factor(&e.triton_quant_amax_rht_f32_time_factor),
                 gluon_amax_f32_time_factor: optional_factor(

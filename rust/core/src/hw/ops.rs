@@ -193,8 +193,8 @@ const STRIP_ITERS: u32 = 4;
 /// The revision (session) of fourcast's current quantizer kernels: an op's `quant_rev` when
 /// absent. Revision 19 (session 21: RTNE codes in fewer instructions) is priced as 18: timed
 /// in session 22 at 0.83-0.98 of 18's time (kernels-h200.md), its factor waits for a training
-/// run that records it.
-pub const QUANT_REV: u32 = 19;
+/// run that records it. Revision 20 (session 25): the amax pass's column RHT in f32.
+pub const QUANT_REV: u32 = 20;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
@@ -236,6 +236,10 @@ struct QuantKernel {
     /// rounding for each copy, and a row RHT of the block size beside an unrotated column copy
     /// (`gluon_row_rht_time_factor`).
     block32: bool,
+    /// rowcol_gluon.py's amax pass rotates a bf16 input's column copy in f32 where f32 is exact
+    /// and redoes it in f64 only where a bound calls for it (session 25 on, revision 20):
+    /// `gluon_amax_rht_split_time_factor` of strip.py's pass.
+    split_rht_amax: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -256,6 +260,7 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
         te_calls: rev >= 16,
         f32_in: rev >= 17,
         block32: rev >= 18,
+        split_rht_amax: rev >= 20,
     })
 }
 
@@ -443,6 +448,9 @@ fn emulated_quant_s(
                     (false, false, false) => e.amax_f32_time_factor,
                     (false, true, false) => e.amax_rht_f32_time_factor,
                     (true, false, true) => e.gluon_amax_time_factor,
+                    (true, true, true) if kernel.split_rht_amax => {
+                        e.gluon_amax_rht_split_time_factor
+                    }
                     (true, true, true) => e.gluon_amax_rht_time_factor,
                     (true, false, false) => e.gluon_amax_time_factor * e.gluon_amax_f32_time_factor,
                     (true, true, false) => {

@@ -267,6 +267,11 @@ pub struct Emulation {
     /// rotated pass, `triton_quant_amax_rht_ns_per_elem` included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_amax_rht_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_amax_rht_time_factor`, for quantizer revision 20 on: a bf16
+    /// input's column RHT in f32 where f32 is exact, the f64 pass only where a bound calls for
+    /// it (absent: `triton_quant_gluon_amax_rht_time_factor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_amax_rht_split_time_factor: Option<Num>,
     /// An amax pass over an f32 input (a LayerNorm's output under autocast) over the same pass
     /// over a bf16 one: strip.py's kernel without an RHT (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -458,6 +458,35 @@ fn emulated_gluon_amax_pass_is_priced_per_element_from_revision_15() {
     assert_eq!(price(row_rht, rev14), price(row_rht, rev15));
 }
 
+#[test]
+fn emulated_column_rht_amax_pass_in_f32_from_revision_20() {
+    // Revision 20 (session 25): a bf16 input's amax pass with a column RHT of 16 runs the RHT
+    // in f32 where exact, at gluon_amax_rht_split_time_factor of strip.py's pass instead of
+    // revision 19's gluon_amax_rht_time_factor; an f32 input's rotated pass (still f64) and
+    // an unrotated pass are priced as before.
+    let hw = hw("h200");
+    let e = hw.emulation.unwrap();
+    assert!(e.gluon_amax_rht_split_time_factor < e.gluon_amax_rht_time_factor);
+    let n = EMUL_NUMEL;
+    let price = |outs: &str, src: u32, rev: u32| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": {n}, "impl": "fourcast-triton", "refresh": 1, "src_bytes": {src}, "quant_rev": {rev}, "outputs": [{outs}]}}"#
+        );
+        op_time(&hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    let te_x = r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#;
+    let pass = n * (e.amax_s_per_elem + e.amax_rht_s_per_elem);
+    let saved = price(te_x, 2, 19) - price(te_x, 2, 20);
+    let want = pass * (e.gluon_amax_rht_time_factor - e.gluon_amax_rht_split_time_factor);
+    assert!(
+        saved > 0.0 && (saved - want).abs() < 1e-12,
+        "{saved} {want}"
+    );
+    assert_eq!(price(te_x, 4, 19), price(te_x, 4, 20));
+    let plain = r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#;
+    assert_eq!(price(plain, 2, 19), price(plain, 2, 20));
+}
+
 /// Input elements of the 32768 x 2304 calls the emulation tests price.
 const EMUL_NUMEL: f64 = 75497472.0;
 
@@ -503,14 +532,17 @@ fn emulated_amax_pass_of_a_rotated_call_adds_the_rotated_amax_term() {
     );
     let full = n * e.amax_rht_s_per_elem;
     let gluon = full * e.gluon_amax_rht_time_factor;
-    assert!(gluon > 0.0 && gluon < full);
+    let split = full * e.gluon_amax_rht_split_time_factor; // revision 20: f32 where exact
+    assert!(gluon > 0.0 && gluon < full && split < gluon);
     for (outs, rev, want) in [
         (te_x, 12, full), // strip.py's quantizer and amax pass
         (te_x, 14, full), // rowcol_gluon quantizes, strip.py's amax pass
         (te_x, 15, gluon),
-        (te_x, QUANT_REV, gluon),
+        (te_x, 19, gluon),
+        (te_x, QUANT_REV, split),
         (&te_dy, 14, full),
-        (&te_dy, QUANT_REV, gluon),
+        (&te_dy, 19, gluon),
+        (&te_dy, QUANT_REV, split),
         // a row RHT keeps strip.py's pass, as does a call of one copy
         (
             r#"{"format": "nvfp4", "rht": 16}, {"format": "nvfp4"}"#,
