@@ -214,16 +214,10 @@ def main() -> None:
     ap.add_argument("--rs-placement", action="store_true", help="where _rs_kernel's A decode lands (module doc)")
     args = ap.parse_args()
     if args.rs_placement:
-        rows = rs_placement()
-        if args.json:
-            print(json.dumps(rows, indent=1))
-            return
-        print(f"Triton {triton.__version__}, sm_90a: _rs_kernel persistent, ahead 2; A's next-step decode a K-step")
-        print("| decode regs | MMA warps' regs | F2FP under the wgmmas (of 34) | HMUL2 (of 32) | spill B |\n"
-              "|---|---|---|---|---|")
-        for r in rows:
-            print(f"| {r['decode_regs']} | {r['mma_regs']} | {r['f2fp_under']} | {r['hmul2_under']} |"
-                  f" {r['spill_bytes']} |")
+        _emit(rs_placement(), args.json,
+              f"Triton {triton.__version__}, sm_90a: _rs_kernel persistent, ahead 2; A's next-step decode a K-step\n"
+              "| decode regs | MMA warps' regs | F2FP under the wgmmas (of 34) | HMUL2 (of 32) | spill B |\n"
+              "|---|---|---|---|---|", _placement_line)
         return
     rows = []
     for c in cases(args.all):
@@ -231,23 +225,37 @@ def main() -> None:
             rows.append(analyse(*c, args.fma_clk))
         except Exception as exc:  # a config that does not compile is a result too
             rows.append(dict(variant=c[0], a=c[1], b=c[2], cfg="x".join(map(str, c[5][:3])), error=repr(exc)[:200]))
-    if args.json:
+    _emit(rows, args.json,
+          f"Triton {triton.__version__}, sm_90a, MMA {args.fma_clk} FMA/SM/cycle; per thread per K-step\n"
+          "| variant | A x B | BMxBNxBK g w s | regs | spill B / STL+LDL | wgmma | cp.async | LDG in loop | CTAs/SM | loop instr |"
+          " per elem | alu | fma | cvt | mem | mma cyc | issue cyc | alu+cvt4 cyc | est % MMA |\n" + "|" + "---|" * 20,
+          _analysis_line)
+
+
+def _emit(rows, as_json: bool, head: str, line) -> None:
+    """rows as JSON, or `head` and a table line (`line`) a row."""
+    if as_json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"Triton {triton.__version__}, sm_90a, MMA {args.fma_clk} FMA/SM/cycle; per thread per K-step")
-    print("| variant | A x B | BMxBNxBK g w s | regs | spill B / STL+LDL | wgmma | cp.async | LDG in loop | CTAs/SM | loop instr |"
-          " per elem | alu | fma | cvt | mem | mma cyc | issue cyc | alu+cvt4 cyc | est % MMA |")
-    print("|" + "---|" * 20)
+    print(head)
     for r in rows:
-        if "error" in r:
-            print(f"| {r['variant']} | {r['a']} x {r['b']} | {r['cfg']} | error: {r['error']} |")
-            continue
-        p = r["pipes"]
-        print(f"| {r['variant']} | {r['a']} x {r['b']} | {r['cfg']} | {r['regs']} | {r['spill_bytes']} / {r['stl_ldl']} |"
-              f" {'yes' if r['wgmma'] else 'no'} | {r['cp_async']} | {r['ldg_loop']} | {r['ctas_per_sm']} |"
-              f" {r['loop']} | {r['per_elem']:.2f} | {p.get('alu', 0)} | {p.get('fma', 0)} | {p.get('cvt', 0)} |"
-              f" {p.get('mem', 0)} | {r['mma_cyc']:.0f} | {r['issue_cyc']:.0f} | {r['alu_cyc'] + r['cvt4_cyc']:.0f} |"
-              f" {r['est_pct']:.0f} |")
+        print(line(r))
+
+
+def _placement_line(r) -> str:
+    return (f"| {r['decode_regs']} | {r['mma_regs']} | {r['f2fp_under']} | {r['hmul2_under']} |"
+            f" {r['spill_bytes']} |")
+
+
+def _analysis_line(r) -> str:
+    if "error" in r:
+        return f"| {r['variant']} | {r['a']} x {r['b']} | {r['cfg']} | error: {r['error']} |"
+    p = r["pipes"]
+    return (f"| {r['variant']} | {r['a']} x {r['b']} | {r['cfg']} | {r['regs']} | {r['spill_bytes']} / {r['stl_ldl']} |"
+            f" {'yes' if r['wgmma'] else 'no'} | {r['cp_async']} | {r['ldg_loop']} | {r['ctas_per_sm']} |"
+            f" {r['loop']} | {r['per_elem']:.2f} | {p.get('alu', 0)} | {p.get('fma', 0)} | {p.get('cvt', 0)} |"
+            f" {p.get('mem', 0)} | {r['mma_cyc']:.0f} | {r['issue_cyc']:.0f} | {r['alu_cyc'] + r['cvt4_cyc']:.0f} |"
+            f" {r['est_pct']:.0f} |")
 
 
 if __name__ == "__main__":

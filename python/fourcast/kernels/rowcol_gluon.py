@@ -334,13 +334,19 @@ def _rht_block(ye, yo, sign_e, sign_o, NORM: gl.constexpr, AXIS: gl.constexpr, L
     words' elements 2k and yo 2k + 1): reference.rht_lastdim's f64 butterflies in its order
     (stage h pairs elements i and i + h inside groups of 2h: h = 1 pairs ye with yo, h = 2, 4,
     .. pairs p and p + h / 2 along AXIS), times the f64 NORM, one rounding to f32, in L."""
-    a = ye.to(gl.float64) * sign_e
-    b = yo.to(gl.float64) * sign_o
+    a, b = _butterflies(ye.to(gl.float64) * sign_e, yo.to(gl.float64) * sign_o, AXIS)
+    return gl.convert_layout((a * NORM).to(gl.float32), L), gl.convert_layout((b * NORM).to(gl.float32), L)
+
+
+@gluon.jit
+def _butterflies(a, b, AXIS: gl.constexpr):
+    """The RHT's butterflies on a block's signed even (a) and odd (b) elements, in their dtype:
+    stage 1 pairs a with b, the later stages pair along AXIS (_rht_block's order)."""
     a, b = a + b, a - b
     for s in gl.static_range(_log2(a.shape[AXIS])):
         a = _stage(a, 1 << s, AXIS)
         b = _stage(b, 1 << s, AXIS)
-    return gl.convert_layout((a * NORM).to(gl.float32), L), gl.convert_layout((b * NORM).to(gl.float32), L)
+    return a, b
 
 
 @gluon.jit
@@ -355,12 +361,8 @@ def _rht16_sums_f32(we, wo, sign_e, sign_o, SHIFT: gl.constexpr):
     """The column RHT of 16's sums S (y = S / 4) of the bf16 at bit SHIFT (0 or 16) of words
     [column block, row pair, word column] (we rows 2p, wo 2p + 1), by _rht_block's butterflies
     in f32: exact where _rht16_amax_f32 says so. Their max |S| bits per column block."""
-    a = ((we >> SHIFT) << 16).to(gl.float32, bitcast=True) * sign_e
-    b = ((wo >> SHIFT) << 16).to(gl.float32, bitcast=True) * sign_o
-    a, b = a + b, a - b
-    for s in gl.static_range(_log2(a.shape[1])):
-        a = _stage(a, 1 << s, 1)
-        b = _stage(b, 1 << s, 1)
+    a, b = _butterflies(((we >> SHIFT) << 16).to(gl.float32, bitcast=True) * sign_e,
+                        ((wo >> SHIFT) << 16).to(gl.float32, bitcast=True) * sign_o, 1)
     return _abs_max_col(a, b)
 
 
