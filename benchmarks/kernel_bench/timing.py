@@ -200,9 +200,17 @@ def graphed():
         save()
 
 
-# amax_calls' variants of the amax pass (quantize.CONFIG_OVERRIDE entries; None: the amax given)
-AMAX_VARIANTS = {"given": None, "launch order": dict(amax_reversed=False), "default": {},
-                 "f64 column RHT": dict(amax_rht_f32=False)}
+# amax_calls' variants: (the amax given, quantize.CONFIG_OVERRIDE entries). A column RHT's in
+# either pass: "f64 column RHT", the amax pass's in f64 (session 24's pass); "f32 RHTs", both
+# passes' in f32 (session 26's quantize pass, rowcol_gluon COL_F32); "f64 RHTs", both in f64;
+# "given, f32 / f64 RHT": the quantize pass alone with its RHT in f32 / f64.
+AMAX_VARIANTS = {"given": (True, {}), "given, f32 RHT": (True, dict(col_rht_f32=True)),
+                 "given, f64 RHT": (True, dict(col_rht_f32=False)),
+                 "launch order": (False, dict(amax_reversed=False)), "default": (False, {}),
+                 "f32 RHTs": (False, dict(col_rht_f32=True)), "f64 column RHT": (False, dict(amax_rht_f32=False)),
+                 "f64 RHTs": (False, dict(amax_rht_f32=False, col_rht_f32=False))}
+# each variant's quantize pass alone: the given variant with its col_rht_f32
+_GIVEN = {None: "given", True: "given, f32 RHT", False: "given, f64 RHT"}
 
 
 @section("amax calls: the calls that measure their amax, by the amax pass's variant")
@@ -210,11 +218,12 @@ def amax_calls():
     """The calls that measure their amax (NVFP4 codes, TE's dY codes: column RHT16 + SR16, the
     ue5m3 X call, and the column RHT16 call) as CUDA-graph replays with each AMAX_VARIANTS pass:
     the default (the pass's programs in reverse launch order, so the tiles it reads last, still
-    in L2, are the ones the quantize pass reads first; a bf16 column RHT in f32, f64 where f32
-    cannot settle the max), in launch order, with the RHT in f64 throughout, and the amax given
-    (the quantize pass alone); --repeat samples in alternation. Every variant's bytes equal the
-    default's; the torch.compile peer, measuring its amax too, beside the NVFP4 calls. Rows:
-    RES["amax_calls"]."""
+    in L2, are the ones the quantize pass reads first; a bf16 column RHT in f32 in both passes,
+    f64 where f32 cannot settle it), in launch order, with the RHT in f64 in the amax pass or in
+    both, and the amax given (the quantize pass alone, its RHT in f32 or f64); --repeat samples
+    in alternation. Every variant's bytes equal the default's (the amax given: its own
+    default's); the torch.compile peer, measuring its amax too, beside the NVFP4 calls. Rows:
+    RES["amax_calls"], amax_pass_ms against the quantize pass with the same RHT."""
     out = RES.setdefault("amax_calls", [])
     nv, ue, s16 = F["nvfp4"], F["ue5m3"], ref.rht_signs(16, "te").to(DEV)
     for (r, c) in QSIZES:
@@ -230,34 +239,39 @@ def amax_calls():
                   lambda a: ops.rowcol_operands(x, ue, tensor_amax=a, tensor_amax_col=a,
                                                 outputs=("decoded", "packed"))))
         for name, peer_kw, rht, call in calls:
-            variants = [v for v in AMAX_VARIANTS if rht or v != "f64 column RHT"]
+            variants = [v for v in AMAX_VARIANTS if rht or "RHT" not in v]
+            measured = [v for v in variants if not AMAX_VARIANTS[v][0]]
             got, times = {}, {}
             for sample in range(ARGS.repeat):
                 for v in variants:
                     if left() < 30:
                         return
-                    qk.CONFIG_OVERRIDE.update(AMAX_VARIANTS[v] or {})
+                    given, override = AMAX_VARIANTS[v]
+                    qk.CONFIG_OVERRIDE.update(override)
                     try:
-                        t, got[v] = ms_graphed(lambda: call(amax if AMAX_VARIANTS[v] is None else None))
+                        t, got[v] = ms_graphed(lambda: call(amax if given else None))
                     finally:
-                        for key in AMAX_VARIANTS[v] or {}:
+                        for key in override:
                             qk.CONFIG_OVERRIDE.pop(key, None)
                     times.setdefault(v, []).append(t)
-            for v in set(variants) - {"given", "default"}:  # "given" differs where an RHT's amax is not |x|'s
-                RES["checks"].append(dict(what=f"amax calls {name} {r}x{c}: {v}'s bytes = the default's",
-                                          ok=same_tensors(got[v], got["default"])))
+            for v in variants:  # the amax given differs where an RHT's amax is not |x|'s
+                base = "given" if AMAX_VARIANTS[v][0] else "default"
+                if v != base:
+                    RES["checks"].append(dict(what=f"amax calls {name} {r}x{c}: {v}'s bytes = {base}'s",
+                                              ok=same_tensors(got[v], got[base])))
             med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
             row = dict(call=name, shape=f"{r}x{c}", samples_ms=times, ms=med,
-                       amax_pass_ms={k: med[k] - med["given"] for k in variants[1:]})
+                       amax_pass_ms={k: med[k] - med[_GIVEN[AMAX_VARIANTS[k][1].get("col_rht_f32")]]
+                                     for k in measured})
             if peer_kw is not None:  # its torch.compile peer, measuring its amax too, replayed likewise
                 peer, args = compiled_peer(x, peer_kw, pp.hadamard16(device=DEV))
                 peer(*args)
                 row["compiled_ms"] = ms_graphed(lambda: peer(*args))[0]
-                row["vs_compiled"] = {k: row["compiled_ms"] / med[k] for k in variants[1:]}
+                row["vs_compiled"] = {k: row["compiled_ms"] / med[k] for k in measured}
             out.append(row)
             log(f"amax calls {name} {r}x{c}: " + ", ".join(
-                f"{k} {med[k] * 1e3:.1f} us" + (f" (pass {row['amax_pass_ms'][k] * 1e3:.1f})" if k != "given" else "")
-                + (f" {row['vs_compiled'][k]:.2f}x compiled" if "vs_compiled" in row and k != "given" else "")
+                f"{k} {med[k] * 1e3:.1f} us" + (f" (pass {row['amax_pass_ms'][k] * 1e3:.1f})" if k in measured else "")
+                + (f" {row['vs_compiled'][k]:.2f}x compiled" if "vs_compiled" in row and k in measured else "")
                 for k in variants))
         save()
 

@@ -479,6 +479,75 @@ def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
     assert [testing.bits(a.reshape(1)).item() for a in o["amax"]] == want[:2]
 
 
+# The quantize pass's column RHT in f32 (rowcol_gluon COL_F32): cases, and whether a program's
+# column copy must be redone in f64 (the f32 sums give other bits there: a -0 of f64's, an overflow)
+COL_F32_CASES = [("gaussian", False), ("signed zeros", False), ("split blocks", False), ("negative zero sum", True),
+                 ("near overflow", True), ("nan and inf", True), ("subnormal", True)]
+
+
+def _col_f32_input(case: str) -> torch.Tensor:
+    """A (512, 256) bf16 input for COL_F32_CASES: column blocks are 16-row runs of a column."""
+    g = torch.Generator(device=DEV).manual_seed(5)
+    x = torch.randn(512, 256, device=DEV, generator=g)
+    if case == "signed zeros":
+        x[:64] = torch.where(x[:64] < 0, -0.0, 0.0)
+    elif case == "split blocks":  # values 13-25 binades below their block's largest
+        x = x * 2.0 ** -torch.randint(0, 26, x.shape, device=DEV, generator=g).float().where(
+            torch.rand(x.shape, device=DEV, generator=g) < 0.2, torch.zeros(()).to(DEV))
+        x[::16] = 4.0  # each block's largest: the others' fields at most 25 below it
+    elif case == "negative zero sum":  # rows 32-47 of column 7: f64's output 13 is -0, the split's +0
+        x[32:48, 7] = torch.tensor([-0.0, 0.0, -0.0, -0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 2.0**-12 * (1 + 2.0**-7),
+                                    0.0, 2.0**-12, 2.0**-19, 0.0, 0.0])
+    elif case == "near overflow":  # f32's partial sums overflow where f64's do not
+        x[48:52, 9] = 2.0 ** 127
+        x[52:56, 9] = -(2.0 ** 127)
+    elif case == "nan and inf":
+        x[100, 3] = float("nan")
+        x[200, 4] = float("-inf")
+    elif case == "subnormal":
+        x[16, 5], x[17, 5] = -50.0, 1e-39
+    return x.bfloat16()
+
+
+@pytest.mark.parametrize("case,redo", COL_F32_CASES)
+def test_column_rht_in_f32_gives_the_f64_bits(case, redo, monkeypatch):
+    """The quantize pass's column RHT of 16 in f32 (rowcol_gluon COL_F32, a bf16 input) stores the
+    f64 RHT's bits in every output of TE's calls: NVFP4 codes RTNE and "sr16", and the decoded
+    dY copies; also the reference's codes. Cases where f32's sums differ (redo) pass only if
+    the program's column copy is redone in f64."""
+    _hopper()
+    from fourcast.kernels import rowcol_gluon as rg
+
+    x = _col_f32_input(case)
+    signs = ref.rht_signs(16, "te").to(DEV).float()
+    if redo and case == "negative zero sum":  # the case is what it claims: f64 gives a -0 there
+        y = ref.rht_lastdim(x[32:48, 7].float().reshape(1, 16).cpu(), 16, signs.cpu())
+        assert int(testing.bits(y)[0, 13]) == -(2**31)
+    spec = qk.parse_fmt(F["nvfp4"])
+    amax = x.float().abs().nan_to_num(0.0, 0.0, 0.0).amax()
+
+    def outputs(on: bool):
+        monkeypatch.setitem(qk.CONFIG_OVERRIDE, "col_rht_f32", on)
+        plan = qk._rowcol_plan(x, spec, "rtne", "rtne", 0, 16, (True, True), (False, False), False, False, False)
+        assert plan["route"] == "gluon" and plan["consts"]["COL_F32"] == on
+        got = []
+        for rounding, xhat in (("rtne", False), ("sr16", False), ("sr16", True)):
+            o = qk.launch_rowcol(x, spec, rounding, rounding, 3, 2**32 + 16, None, (16, signs), amax, amax,
+                                 write_codes=not xhat, write_xhat=xhat, unscaled=xhat)
+            got += [t.clone() for key in ("codes", "scales", "xhat") for t in o[key] if t is not None and t.numel()]
+        return got
+
+    fast, f64 = outputs(True), outputs(False)
+    assert len(fast) == len(f64) >= 6
+    for a, b in zip(fast, f64):  # bytes: a bf16 -0 and +0 differ
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), case
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "col_rht_f32", True)  # and the reference's bits
+    if case != "nan and inf":
+        for rounding in ("rtne", "sr16"):
+            testing.check_rowcol(x, F["nvfp4"], rounding, rounding, 3, 2**32 + 16, None, (16, signs))
+    assert rg.col_rht_f32(16, False, True) and not rg.col_rht_f32(16, True, True)
+
+
 # rowcol_gluon.Config: the session-17 layouts (B / 8 lanes a block), other one-lane tiles, and
 # the looped tiles (Config.loop) the benchmarks time
 GLUON_TILES = [(64, 128, 8, 2, None, False), (64, 128, 4, 2), (128, 128, 8, 1), (64, 128, 8, 1), (64, 128, 4, 1),

@@ -47,6 +47,7 @@ print(json.dumps(dict(local=spilled, regs=int(re.search(r"REG:(\d+)", res).group
                       sass=len(ops), viaddmnmx=sum(o.startswith("VIADDMNMX") for o in ops),
                       imad_hi=sum(o.startswith("IMAD.HI") for o in ops),
                       conversions=sum(o.startswith(("F2I", "I2F")) for o in ops),
+                      f64=sum(o.startswith(("DADD", "DMUL", "DFMA")) for o in ops),
                       mul_rp=ptx.count("mul.rp.f32"),
                       ld_v4=len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)),
                       ld_v2_b64=len(re.findall(r"ld\.global(?:\.\w+)*\.v2\.b64", ptx)),
@@ -103,6 +104,19 @@ def test_column_rht16_compiles_in_thread(fmt, fuse, mode):
     assert k["local"] == 0 and (fuse or k["shfl"] == 0)  # a fused amax reduces across lanes
     assert k["st_v2"] == per_thread // 8
     assert k["atom"] == (2 if fuse else 0)
+
+
+@pytest.mark.parametrize("mode", [0, 4])
+def test_column_rht16_in_f32_compiles(mode):
+    """COL_F32 (a bf16 input's column RHT in f32): no f64 arithmetic but the fallback's, whose
+    loop over the program's tiles is not unrolled, so the f64 butterflies appear once where the
+    f64 kernel has them in each of its two tiles (both share the tensor scales' few f64
+    operations); no spills, no more registers."""
+    cfg = rg.RHT_RTNE_CONFIG
+    f64 = _compiled("nvfp4", cfg, rn_c=16, mode=mode)
+    f32 = _compiled("nvfp4", cfg, rn_c=16, mode=mode, col_f32=True)
+    assert cfg.iters == 2 and f64["f64"] > 300 and 0.5 < f32["f64"] / f64["f64"] < 0.6
+    assert f32["local"] == 0 and f32["regs"] <= f64["regs"]
 
 
 @pytest.mark.parametrize("rn_c,f32,mode", [(0, False, 0), (16, False, 0), (0, True, 0), (16, True, 0), (16, False, 1),
@@ -437,7 +451,7 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
         assert o["amax"][0].data_ptr() == o["amax"][1].data_ptr()
     elif consts["FUSE_AMAX"]:  # an RHT: the column copy's at AMAX_BITS[1]
         assert arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr() + 4 == o["amax"][1].data_ptr()
-    assert consts["RN_C"] == rn_c and consts["NORM_C"] == (0.25 if rn_c else 1.0)
+    assert consts["RN_C"] == rn_c and consts["NORM_C"] == (0.25 if rn_c else 1.0) and consts["COL_F32"] == (rn_c == 16 and rg.COL_RHT_F32)
     assert consts["RN_R"] == rn_r and consts["NORM_R"] == qk.rht_norm(rn_r)  # the core's f64 1 / sqrt(n)
     assert arg["SIGNS_R"].data_ptr() == signs_r.data_ptr() if rn_r else arg["SIGNS_R"].numel() <= 1
     assert arg["SIGNS_C"].data_ptr() == signs.data_ptr() if rn_c else arg["SIGNS_C"].numel() <= 1

@@ -1155,14 +1155,16 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
         consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0],
                       XHAT_C_ON=xhat_on[1], MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c],
                       SEED_PTR=False, RN_C=rnc, NORM_C=rht_norm(rnc), F32=x.dtype == torch.float32, RN_R=rn,
-                      NORM_R=rht_norm(rn))
+                      NORM_R=rht_norm(rn), COL_F32=rg.col_rht_f32(rnc, x.dtype == torch.float32,
+                                                                  CONFIG_OVERRIDE.get("col_rht_f32")))
         from fourcast.kernels.gemm import multiprocessors
 
         grid = rg.grid(R, C, cfg, multiprocessors(x.device) if x.is_cuda else 132)  # CPU: the unit tests' stubs
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     # The amax pass's launches (kernel, grid, constexprs). Benchmarks only: "amax_reversed" False
-    # runs it in launch order, "amax_rht_f32" False a column RHT's in f64 throughout.
+    # runs it in launch order, "amax_rht_f32" False a column RHT's in f64 throughout (and
+    # "col_rht_f32" False the quantize pass's).
     reversed_ = CONFIG_OVERRIDE.get("amax_reversed", True)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
         rg, f32, tile = _rowcol_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
