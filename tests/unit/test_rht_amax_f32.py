@@ -100,20 +100,20 @@ REACH = 25  # the lower part's floor: emax - REACH
 
 def split_rht(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, unproven) per block of x ([blocks, 16] bf16) as _rht16_split_half computes them with
-    the same f32 operations: the butterflies of the values at or above field emax - SPREAD
-    (zeros included) and of the others, one add where the block has both, times 1 / 4."""
+    the same f32 operations: the butterflies of x / 4 at or above field emax - SPREAD (zeros
+    included) and of the others, one add where the block has both."""
     mag = x.view(torch.int16).to(torch.int32) & 0x7FFF
     emax = (mag.max(dim=1).values >> 7)[:, None]
     emin = (torch.where(mag == 0, 512, mag >> 7).min(dim=1).values)[:, None]
     proven = (emax <= 249) & (emin >= 25) & (emax - emin <= REACH)
     split = emax - emin > SPREAD
-    xs = x.float() * SIGNS
-    edge = ((emax - SPREAD) << 23).view(torch.float32)
+    xs = x.float() * (SIGNS * 0.25)
+    edge = ((emax - SPREAD - 2) << 23).view(torch.float32)
     small = (xs.abs() < edge) & (xs != 0)
     zero = torch.zeros_like(xs)
     a = butterflies(torch.where(small, zero, xs))
     c = butterflies(torch.where(small, xs, zero))
-    y = torch.where(split, a + c, a) * 0.25
+    y = torch.where(split, a + c, a)
     unproven = ~proven | (split & (y == 0).any(dim=1, keepdim=True))
     return y, unproven[:, 0]
 

@@ -410,23 +410,25 @@ def _rht16_col_f32(ec, oc, e_lo, e_hi, o_lo, o_hi, sign_e, sign_o):
     mo = oc & 0x7FFF7FFF
     top = gl.reduce(_max_u16x2(me, mo), 1, _max_u16x2)
     low = gl.reduce(_min_u16x2((me + 0x7FFF7FFF) ^ -2147450880, (mo + 0x7FFF7FFF) ^ -2147450880), 1, _min_u16x2)
-    ye_lo, yo_lo, bad_lo = _rht16_split_half(e_lo * sign_e, o_lo * sign_o, top & 0xFFFF, low & 0xFFFF)
-    ye_hi, yo_hi, bad_hi = _rht16_split_half(e_hi * sign_e, o_hi * sign_o, (top >> 16) & 0xFFFF,
-                                             (low >> 16) & 0xFFFF)
+    q_e = sign_e * 0.25  # the 1 / 4 applied up front: exact, as no value is subnormal where proven
+    q_o = sign_o * 0.25
+    ye_lo, yo_lo, bad_lo = _rht16_split_half(e_lo * q_e, o_lo * q_o, top & 0xFFFF, low & 0xFFFF)
+    ye_hi, yo_hi, bad_hi = _rht16_split_half(e_hi * q_e, o_hi * q_o, (top >> 16) & 0xFFFF, (low >> 16) & 0xFFFF)
     return ye_lo, yo_lo, ye_hi, yo_hi, bad_lo | bad_hi
 
 
 @gluon.jit
 def _rht16_split_half(xe, xo, top, low):
-    """One element column's RHT of 16 per block (xe, xo: its signed rows 2p and 2p + 1 as f32;
+    """One element column's RHT of 16 per block (xe, xo: its rows 2p and 2p + 1 as f32 times
+    their signs / 4;
     top, the block's max |x| as bf16 bits; low, its smallest nonzero |x|'s minus 1, 0xFFFF for
     none) as (ye, yo, unproven blocks). The reference's y is RN_f32(S / 4), S its f64
     butterflies. Split the block at exponent field emax - 12: the butterflies of the values at
     or above it (zeros included, other values +0) are exact in f32 (_rht16_amax_f32's argument)
     and so are those of the values below it (others +0) while those lie within 12 fields of
     each other: every nonzero field in [emax - 25, emax], at least 25, emax at most 249. Then
-    f64's S is exact too (37 bits), and one f32 add of the two exact sums is RN_f32(S): S / 4
-    is the reference's y (S is 0 or above 2^-110: scaling by 1 / 4 commutes with rounding). A
+    f64's S is exact too (37 bits), and one f32 add of the two exact sums (of x / 4: no value is
+    subnormal) is RN_f32(S / 4), the reference's y (S / 4 is 0 or above 2^-111). A
     block without small values takes the first sums alone, zeros' signs included (every
     operation exact, as f64's). A zero S with small values is left unproven (the sign of f64's
     zero follows its partial sums), as is every block outside those bounds (rare in data: a
@@ -435,13 +437,13 @@ def _rht16_split_half(xe, xo, top, low):
     emin = (low + 1) >> 7  # 512 for an all-zero block
     proven = (emax <= 249) & (emin >= 25) & (emax - emin <= 25)
     split = gl.expand_dims(emax - emin > 12, 1)
-    edge = gl.expand_dims(((emax - 12) << 23).to(gl.float32, bitcast=True), 1)  # the least field above, as f32
+    edge = gl.expand_dims(((emax - 14) << 23).to(gl.float32, bitcast=True), 1)  # field emax - 12's least / 4
     small_e = (gl.abs(xe) < edge) & (xe != 0.0)
     small_o = (gl.abs(xo) < edge) & (xo != 0.0)
     a, b = _butterflies(gl.where(small_e, 0.0, xe), gl.where(small_o, 0.0, xo), 1)
     c, d = _butterflies(gl.where(small_e, xe, 0.0), gl.where(small_o, xo, 0.0), 1)
-    ye = gl.where(split, a + c, a) * 0.25
-    yo = gl.where(split, b + d, b) * 0.25
+    ye = gl.where(split, a + c, a)
+    yo = gl.where(split, b + d, b)
     zero = gl.max(((ye == 0.0) | (yo == 0.0)).to(gl.int32), axis=1)
     return ye, yo, gl.where(proven, zero & (emax - emin > 12).to(gl.int32), 1)
 
