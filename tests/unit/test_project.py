@@ -279,7 +279,7 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     new = project.project(run, [], quant_rev=11).h200_error_gpu["quantize"]
     assert old > 0.05 and abs(new) < 0.02, (old, new)
     # the kernels' revision is the model's default (kernels/__init__.py and rust ops.rs agree)
-    assert QUANT_REV == 20
+    assert QUANT_REV == 21
     default = project.project(run, []).h200_error_gpu["quantize"]
     assert project.project(run, [], quant_rev=QUANT_REV).h200_error_gpu["quantize"] == default
     # 13 runs the RTNE row+col calls (this run's X and W calls) on rowcol_gluon: priced lower;
@@ -309,7 +309,7 @@ def test_quant_rev_reaches_the_quantize_ops_and_prices_each_revision():
     assert rev20 < 0.995 * rev19, (rev19, rev20)
     assert project.project(mx, [], quant_rev=20).h200_model_gpu["quantize"] == rev18.h200_model_gpu["quantize"]
     with pytest.raises(ConfigError, match="quant_rev"):
-        project.project(run, [], quant_rev=21)
+        project.project(run, [], quant_rev=22)
 
 
 # Per call (model-calibration-per-call.md): run 18's quantize calls against the model, (min, max)

@@ -304,8 +304,13 @@ def test_short_arithmetic_reaches_the_sass(fmt, kw):
 
 
 def test_config_for_takes_two_row_tiles_only_where_measured_faster():
-    """RTNE calls with a column RHT (TE's X call) take two row tiles a program where the rows
-    fill them; every other call, and shapes they do not fit, the one-tile CONFIG."""
+    """A bf16 input's packed column copy with a column RHT takes one row tile at 80 registers
+    (RTNE and "sr16"); other RTNE calls with a column RHT (TE's X call) two row tiles a program
+    where the rows fill them; every other call, and shapes they do not fit, the one-tile CONFIG."""
+    r80 = rg.RHT_PACKED_CONFIG
+    assert r80.iters == 1 and r80.maxnreg == 80 and r80[:3] == rg.CONFIG[:3]
+    assert rg.config_for(32768, "rtne", 16, packed_bf16=True) == rg.config_for(64, "sr16", 16, packed_bf16=True) == r80
+    assert rg.config_for(32768, "rtne", 0, packed_bf16=True) == rg.CONFIG
     two = rg.RHT_RTNE_CONFIG
     assert two.iters == 2 and two[:3] == rg.CONFIG[:3] and rg.CONFIG.iters == 1
     assert rg.config_for(32768, "rtne", 16) == two
@@ -426,7 +431,7 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, rht_r, rht_c, amax, amax, write_codes=codes,
                          write_xhat=xhat, unscaled=True)
     fn, grid, args, consts = calls[-1]
-    cfg = rg.config_for(256, rounding, rn_c, spec.block, rounding, rn_r)
+    cfg = rg.config_for(256, rounding, rn_c, spec.block, rounding, rn_r, not xhat[1])
     assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384, cfg)
     names = [p.name for p in fn.params]
     runtime = [p.name for p in fn.params if not p.is_constexpr]

@@ -30,7 +30,9 @@ from fourcast.kernels.utils import Packed
 # sign by one IMAD.HI: rowcol_gluon's NVFP4 codes 44.75 -> 37.0 SASS an element, session 21;
 # timed in session 22 at 0.83-0.98 of 18's time; priced as 18 until a training run records it),
 # 20 the amax pass's column RHT in f32 where exact, f64 only where a bound calls for it (a bf16
-# input; session 25: 0.47x strip.py's rotated pass against 0.58x, on an H100).
-QUANT_REV = 20
+# input; session 25: 0.47x strip.py's rotated pass against 0.58x, on an H100), 21 a bf16
+# input's calls with both copies packed and a column RHT of 16 on one row tile at 80 registers
+# (session 26: 0.96x RTNE, 0.91x TE's dY codes, on an H100).
+QUANT_REV = 21
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

@@ -181,6 +181,11 @@ pub struct EmulCost {
     /// As `gluon_amax_rht_time_factor`, from quantizer revision 20 (a bf16 input's column RHT
     /// in f32 where exact, f64 only where a bound calls for it).
     pub gluon_amax_rht_split_time_factor: f64,
+    /// From quantizer revision 21, a bf16 input's RTNE call with both copies packed and a
+    /// column RHT of 16 (one row tile at 80 registers) over its revision-20 price.
+    pub gluon_rht_packed_rtne_time_factor: f64,
+    /// As `gluon_rht_packed_rtne_time_factor`, for its "sr16" call (TE's dY codes).
+    pub gluon_rht_packed_sr16_time_factor: f64,
     /// An amax pass over an f32 input over the same pass over a bf16 one, per kernel and
     /// rotation: strip.py's (plain, rotated), rowcol_gluon.py's (plain, column RHT of 16).
     pub amax_f32_time_factor: f64,
@@ -376,6 +381,12 @@ impl Hw {
                     .as_ref()
                     .or(e.triton_quant_gluon_amax_rht_time_factor.as_ref())
                     .map_or(1.0, |n| n.value),
+                gluon_rht_packed_rtne_time_factor: optional_factor(
+                    &e.triton_quant_gluon_rht_packed_rtne_time_factor,
+                ),
+                gluon_rht_packed_sr16_time_factor: optional_factor(
+                    &e.triton_quant_gluon_rht_packed_sr16_time_factor,
+                ),
                 amax_f32_time_factor: optional_factor(&e.triton_quant_amax_f32_time_factor),
                 amax_rht_f32_time_factor: optional_factor(&e.triton_quant_amax_rht_f32_time_factor),
                 gluon_amax_f32_time_factor: optional_factor(

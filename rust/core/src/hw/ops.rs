@@ -194,7 +194,9 @@ const STRIP_ITERS: u32 = 4;
 /// absent. Revision 19 (session 21: RTNE codes in fewer instructions) is priced as 18: timed
 /// in session 22 at 0.83-0.98 of 18's time (kernels-h200.md), its factor waits for a training
 /// run that records it. Revision 20 (session 25): the amax pass's column RHT in f32.
-pub const QUANT_REV: u32 = 20;
+/// Revision 21 (session 26): a bf16 input's calls with both copies packed and a column RHT
+/// of 16 on one row tile at 80 registers.
+pub const QUANT_REV: u32 = 21;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
@@ -240,6 +242,11 @@ struct QuantKernel {
     /// and redoes it in f64 only where a bound calls for it (session 25 on, revision 20):
     /// `gluon_amax_rht_split_time_factor` of strip.py's pass.
     split_rht_amax: bool,
+    /// A bf16 input's rowcol_gluon.py calls with both copies packed and a column RHT of 16 run
+    /// one row tile a program at 80 registers (session 26 on, revision 21): their revision-20
+    /// price times `gluon_rht_packed_rtne_time_factor` (RTNE) or
+    /// `gluon_rht_packed_sr16_time_factor` ("sr16").
+    rht_packed_80: bool,
 }
 
 /// The kernels of quantizer revision `rev` (1 ..= `QUANT_REV`).
@@ -261,6 +268,7 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
         f32_in: rev >= 17,
         block32: rev >= 18,
         split_rht_amax: rev >= 20,
+        rht_packed_80: rev >= 21,
     })
 }
 
@@ -270,6 +278,8 @@ fn quant_kernel(rev: u32) -> Result<QuantKernel> {
 struct Written {
     /// A row+col call's column copy is packed codes (not decoded values, not a container).
     col_packed: bool,
+    /// Its row copy likewise.
+    row_packed: bool,
     /// No copy is written into a fake-quant container.
     no_container: bool,
     /// The input is 16-bit (bf16): rowcol_gluon.py's kernels read nothing else before
@@ -398,7 +408,7 @@ fn emulated_quant_s(
             // An f32 input's call moves twice the input bytes: it runs near copy bandwidth on
             // either kernel, so it keeps a factor of its own (revision 17 on), but for a row
             // RHT's calls, whose f64 butterflies bound the strip kernel either way (run 23).
-            let gluon_factor = match (kernel.one_lane, rotated > 0.0, sr_any) {
+            let gluon_factor_r20 = match (kernel.one_lane, rotated > 0.0, sr_any) {
                 _ if row_rht => e.gluon_row_rht_time_factor,
                 _ if !written.bf16_in => e.gluon_f32_time_factor,
                 (false, _, _) => e.gluon_time_factor,
@@ -410,6 +420,18 @@ fn emulated_quant_s(
                 (true, true, _) => e.gluon_rht_time_factor,
                 (true, false, false) => e.gluon_one_lane_time_factor,
                 (true, false, true) => e.gluon_sr16_time_factor,
+            };
+            // From 21 a bf16 input's calls with both copies packed and a column RHT of 16 run
+            // one row tile at 80 registers (session 26: 0.96x RTNE, 0.91x "sr16", on an H100).
+            let packed_80 = kernel.rht_packed_80
+                && column_rht16
+                && written.bf16_in
+                && written.col_packed
+                && written.row_packed;
+            let gluon_factor = match (packed_80, sr_any) {
+                (true, false) => gluon_factor_r20 * e.gluon_rht_packed_rtne_time_factor,
+                (true, true) => gluon_factor_r20 * e.gluon_rht_packed_sr16_time_factor,
+                (false, _) => gluon_factor_r20,
             };
             let strip_s = e.call_s
                 + elems * e.s_per_elem
@@ -778,6 +800,9 @@ pub fn op_time(hw: &Hw, op: &Op) -> Result<OpReport> {
                 col_packed: outputs.len() == 2
                     && !outputs[1].decoded
                     && outputs[1].container.is_none(),
+                row_packed: !outputs.is_empty()
+                    && !outputs[0].decoded
+                    && outputs[0].container.is_none(),
                 no_container: outputs.iter().all(|o| o.container.is_none()),
                 bf16_in: *src_bytes == 2.0,
             };

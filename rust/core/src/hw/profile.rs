@@ -272,6 +272,13 @@ pub struct Emulation {
     /// it (absent: `triton_quant_gluon_amax_rht_time_factor`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_quant_gluon_amax_rht_split_time_factor: Option<Num>,
+    /// Quantizer revision 21 on: a bf16 input's RTNE call with both copies packed and a column
+    /// RHT of 16 (one row tile at 80 registers) over its revision-20 price (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_rht_packed_rtne_time_factor: Option<Num>,
+    /// As `triton_quant_gluon_rht_packed_rtne_time_factor`, for the "sr16" call (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_quant_gluon_rht_packed_sr16_time_factor: Option<Num>,
     /// An amax pass over an f32 input (a LayerNorm's output under autocast) over the same pass
     /// over a bf16 one: strip.py's kernel without an RHT (absent: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]

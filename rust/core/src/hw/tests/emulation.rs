@@ -487,6 +487,42 @@ fn emulated_column_rht_amax_pass_in_f32_from_revision_20() {
     assert_eq!(price(plain, 2, 19), price(plain, 2, 20));
 }
 
+#[test]
+fn emulated_packed_column_rht_calls_on_one_tile_at_80_registers_from_revision_21() {
+    // Revision 21 (session 26): a bf16 input's calls with both copies packed and a column RHT
+    // of 16 run one row tile at 80 registers: the call's price (the amax given) times
+    // gluon_rht_packed_rtne_time_factor (RTNE) or _sr16_ (TE's dY codes) against 20's;
+    // a decoded copy, an f32 input or a call without the RHT as before.
+    let hw = hw("h200");
+    let e = hw.emulation.unwrap();
+    assert!(e.gluon_rht_packed_rtne_time_factor < 1.0 && e.gluon_rht_packed_sr16_time_factor < 1.0);
+    let n = EMUL_NUMEL;
+    let price = |outs: &str, src: u32, rev: u32| {
+        let op = format!(
+            r#"{{"op": "quantize", "numel": {n}, "impl": "fourcast-triton", "refresh": 10, "src_bytes": {src}, "quant_rev": {rev}, "outputs": [{outs}]}}"#
+        );
+        op_time(&hw, &parse_op(&op).unwrap()).unwrap().detail["emulation_s"]
+    };
+    let codes = r#"{"format": "nvfp4"}, {"format": "nvfp4", "rht": 16}"#;
+    let dy = r#"{"format": "nvfp4", "sr": true, "sr16": true}, {"format": "nvfp4", "rht": 16, "sr": true, "sr16": true}"#;
+    for (outs, factor) in [
+        (codes, e.gluon_rht_packed_rtne_time_factor),
+        (dy, e.gluon_rht_packed_sr16_time_factor),
+    ] {
+        // the factor scales the quantizing kernel's price, not the whole call's
+        let (old, new) = (price(outs, 2, 20), price(outs, 2, 21));
+        assert!(
+            new < old && new > old * factor,
+            "{outs}: {old} {new} {factor}"
+        );
+    }
+    let te_x = r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#;
+    assert_eq!(price(te_x, 2, 20), price(te_x, 2, 21));
+    assert_eq!(price(codes, 4, 20), price(codes, 4, 21));
+    let plain = r#"{"format": "nvfp4"}, {"format": "nvfp4"}"#;
+    assert_eq!(price(plain, 2, 20), price(plain, 2, 21));
+}
+
 /// Input elements of the 32768 x 2304 calls the emulation tests price.
 const EMUL_NUMEL: f64 = 75497472.0;
 
@@ -737,13 +773,18 @@ fn emulated_te_calls_price_by_their_own_factors_from_revision_16() {
         r#"{"format": "nvfp4", "decoded": true}, {"format": "nvfp4", "rht": 16}"#.to_string();
     let codes_sr16 =
         format!(r#"{{"format": "nvfp4", {sr16}}}, {{"format": "nvfp4", "rht": 16, {sr16}}}"#);
-    for (outs, at16, at15) in [
-        (&te_dy, 0.75, None),
-        (&te_x, 0.5, Some(0.625)),
-        (&codes_sr16, 0.625, Some(0.625)),
+    // (from revision 21, the default, a bf16 input's packed "sr16" call runs at 80 registers)
+    let packed = hw.emulation.unwrap().gluon_rht_packed_sr16_time_factor;
+    for (outs, at16, at15, now) in [
+        (&te_dy, 0.75, None, 1.0),
+        (&te_x, 0.5, Some(0.625), 1.0),
+        (&codes_sr16, 0.625, Some(0.625), packed),
     ] {
         assert!(
-            close(emulated_quant_price(&hw, outs, ""), scaled(outs, at16)),
+            close(
+                emulated_quant_price(&hw, outs, ""),
+                scaled(outs, at16 * now)
+            ),
             "{outs}"
         );
         assert!(
