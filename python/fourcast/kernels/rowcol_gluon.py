@@ -131,10 +131,11 @@ CONFIG = Config(64, 128, 8, 1)
 # TE's X call (RTNE, a column RHT of 16) runs faster at two row tiles a program: 0.55-0.56x
 # the strip kernel's time against 0.60-0.61x at one (session 18, call 5).
 RHT_RTNE_CONFIG = Config(64, 128, 8, 2)
-# A bf16 input's packed column copy with a column RHT of 16, RTNE or "sr16": one row tile at 80
-# registers (three programs an SM, no spills), faster than both above on an H100 (session 26,
-# CUDA-graph replays, amax given, both quantizer shapes): RTNE 136.2-137.2 -> 131.4 us (two
-# tiles, 128 registers), TE's dY codes ("sr16") 180.4-181.6 -> 165.6 us (one tile, 100).
+# A bf16 input's calls with both copies packed and a column RHT of 16, RTNE or "sr16": one row
+# tile at 80 registers (three programs an SM, no spills), faster than both above on an H100
+# (session 26, CUDA-graph replays, amax given, both quantizer shapes): RTNE 136.2-137.2 ->
+# 131.4 us (two tiles, 128 registers), TE's dY codes ("sr16") 180.4-181.6 -> 165.6 us (one
+# tile, 100). TE's X call (a decoded row) keeps two tiles (session 18 timed one slower there).
 RHT_PACKED_CONFIG = Config(64, 128, 8, 1, 80)
 
 
@@ -146,13 +147,13 @@ BLOCK32_CONFIG = Config(64, 128, 4, 1)
 def config_for(R: int, rounding: str, rn_c: int, block: int = 16, rounding_c: str | None = None,
                rn_r: int = 0, packed_bf16: bool = False) -> Config:
     """The default tile of a call with R rows: BLOCK32_CONFIG for blocks of 32 with "sr16" or
-    a row RHT (one lane a block), RHT_PACKED_CONFIG for a column RHT of 16 with the column copy
+    a row RHT (one lane a block), RHT_PACKED_CONFIG for a column RHT of 16 with both copies
     packed from a bf16 input (packed_bf16), RHT_RTNE_CONFIG for the other RTNE calls with a
     column RHT where R fills its two row tiles, else CONFIG."""
     rounding_c = rounding if rounding_c is None else rounding_c
     if block == 32 and (rn_r or "sr16" in (rounding, rounding_c)):
         return BLOCK32_CONFIG
-    if rn_c == 16 and packed_bf16:  # measured there; the others spill at 80 (8-32 B)
+    if rn_c == 16 and packed_bf16:  # measured there (a decoded column copy spills at 80)
         return RHT_PACKED_CONFIG
     tile = RHT_RTNE_CONFIG
     if rounding == "rtne" and rn_c and R % (tile.bm * tile.iters) == 0:
