@@ -18,9 +18,10 @@ the quantizer's arithmetic on that tiling:
   are two element columns, whose amaxes one max.u16x2 reduction gives together;
 - a column RHT of 16 (TE's Wgrad operands) runs down a column block, so in one thread:
   reference.rht_lastdim's f64 butterflies in its order, one rounding to f32 (the strip
-  kernel's cross lanes with f64 shuffles); for a bf16 input, f32 butterflies on the block's
-  values split at 12 binades below its largest, whose sum is the f64 one's bits wherever the
-  exponents prove it (COL_F32, session 26), the program's column copy redone in f64 where not;
+  kernel's cross lanes with f64 shuffles); opt-in for a bf16 input (COL_F32, session 26: exact
+  and 1.08-1.19x slower, the pass being issue-bound), f32 butterflies on the block's values
+  split at 12 binades below its largest, whose sum is the f64 one's bits wherever the exponents
+  prove it, the program's column copy redone in f64 where not;
 - a row RHT of the block size (MXFP4's Fprop operands) runs along a row block, in one thread
   likewise;
 - blocks of 32 take the one-lane layouts on a tile that fits them (16 words, or 16 row
