@@ -1170,8 +1170,8 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
         plan["redo"] = {k: dict(c, REDO_PASS=True) for k, c in (("consts", consts),
                                                                 ("consts_seed_ptr", plan["consts_seed_ptr"]))}
     # The amax pass's launches (kernel, grid, constexprs). Benchmarks only: "amax_reversed" False
-    # runs it in launch order, "amax_rht_f32" False a column RHT's in f64 throughout (and
-    # "col_rht_f32" False the quantize pass's).
+    # runs it in launch order, "amax_rht_f32" False a column RHT's in f64 throughout ("col_rht_f32"
+    # 1 or 2 puts the quantize pass's in f32: rowcol_gluon.col_rht_f32).
     reversed_ = CONFIG_OVERRIDE.get("amax_reversed", True)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
         rg, f32, tile = _rowcol_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
