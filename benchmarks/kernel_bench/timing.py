@@ -203,21 +203,17 @@ def graphed():
 # amax_calls' variants: (the amax given, quantize.CONFIG_OVERRIDE entries). A column RHT's in
 # either pass: "f64 column RHT", the amax pass's in f64 (session 24's pass); "f32 RHTs", both
 # passes' in f32 (session 26's quantize pass, rowcol_gluon COL_F32); "f64 RHTs", both in f64;
-# "given, f32 / f64 RHT": the quantize pass alone with its RHT in f32 / f64 (", 2 launches":
-# unproven programs redone by a second launch, the f64 code's registers out of the first);
-# ", 80 regs": on one row tile a program capped at 80 registers (three programs an SM).
-_R80 = (64, 128, 8, 1, 80)
-AMAX_VARIANTS = {"given": (True, {}), "given, f32 RHT": (True, dict(col_rht_f32=1)),
-                 "given, f32 RHT, 2 launches": (True, dict(col_rht_f32=2)),
-                 "given, f64 RHT": (True, dict(col_rht_f32=0)),
+# "given, f32 / f64 RHT": the quantize pass alone with its RHT in f32 / f64; ", 80 regs": on
+# one row tile a program capped at 80 registers (three programs an SM).
+AMAX_VARIANTS = {"given": (True, {}), "given, f32 RHT": (True, dict(col_rht_f32=True)),
+                 "given, f64 RHT": (True, dict(col_rht_f32=False)),
                  "launch order": (False, dict(amax_reversed=False)), "default": (False, {}),
-                 "f32 RHTs": (False, dict(col_rht_f32=2)), "f64 column RHT": (False, dict(amax_rht_f32=False)),
-                 "f64 RHTs": (False, dict(amax_rht_f32=False, col_rht_f32=0)),
-                 "given, f32 RHT, 80 regs": (True, dict(col_rht_f32=1, rowcol_gluon=_R80)),
-                 "given, f32 RHT, 2 launches, 80 regs": (True, dict(col_rht_f32=2, rowcol_gluon=_R80)),
-                 "given, f64 RHT, 80 regs": (True, dict(col_rht_f32=0, rowcol_gluon=_R80))}
-# each variant's quantize pass alone: the given variant with its col_rht_f32 (rowcol_gluon.COL_F32)
-_GIVEN = {None: "given", 1: "given, f32 RHT", 2: "given, f32 RHT, 2 launches", 0: "given, f64 RHT"}
+                 "f32 RHTs": (False, dict(col_rht_f32=True)), "f64 column RHT": (False, dict(amax_rht_f32=False)),
+                 "f64 RHTs": (False, dict(amax_rht_f32=False, col_rht_f32=False)),
+                 "given, f32 RHT, 80 regs": (True, dict(col_rht_f32=True, rowcol_gluon=(64, 128, 8, 1, 80))),
+                 "given, f64 RHT, 80 regs": (True, dict(col_rht_f32=False, rowcol_gluon=(64, 128, 8, 1, 80)))}
+# each variant's quantize pass alone: the given variant with its col_rht_f32
+_GIVEN = {None: "given", True: "given, f32 RHT", False: "given, f64 RHT"}
 
 
 @section("amax calls: the calls that measure their amax, by the amax pass's variant")

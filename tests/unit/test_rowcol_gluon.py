@@ -108,25 +108,6 @@ def test_column_rht16_compiles_in_thread(fmt, fuse, mode):
 
 @pytest.mark.parametrize("mode", [0, 4])
 def test_column_rht16_in_f32_compiles(mode):
-    """COL_F32 1 (redone inline): see _in_f32_compiles_checks."""
-    _in_f32_compiles_checks(mode)
-
-
-@pytest.mark.parametrize("mode", [0, 4])
-def test_column_rht16_in_f32_two_launches_compile(mode):
-    """COL_F32 2: the first launch has no f64 arithmetic at all and fewer registers than the f64
-    kernel (TE's dY call: three programs an SM at 80); the second (REDO_PASS) has the f64 RHT."""
-    cfg = rg.CONFIG
-    f64 = _compiled("nvfp4", cfg, rn_c=16, mode=mode)
-    first = _compiled("nvfp4", cfg, rn_c=16, mode=mode, col_f32=2)
-    redo = _compiled("nvfp4", cfg, rn_c=16, mode=mode, col_f32=2, redo_pass=True)
-    assert first["f64"] == 0 and first["local"] == 0 and first["regs"] < f64["regs"]
-    assert redo["f64"] > 0 and redo["local"] == 0
-    if mode == 4:
-        assert first["regs"] <= 80 < f64["regs"]
-
-
-def _in_f32_compiles_checks(mode):
     """COL_F32 (a bf16 input's column RHT in f32): no f64 arithmetic but the fallback's, whose
     loop over the program's tiles is not unrolled, so the f64 butterflies appear once where the
     f64 kernel has them in each of its two tiles (both share the tensor scales' few f64

@@ -1160,18 +1160,15 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
                       XHAT_C_ON=xhat_on[1], MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c],
                       SEED_PTR=False, RN_C=rnc, NORM_C=rht_norm(rnc), F32=x.dtype == torch.float32, RN_R=rn,
                       NORM_R=rht_norm(rn), COL_F32=rg.col_rht_f32(rnc, x.dtype == torch.float32,
-                                                                  CONFIG_OVERRIDE.get("col_rht_f32")), REDO_PASS=False)
+                                                                  CONFIG_OVERRIDE.get("col_rht_f32")))
         from fourcast.kernels.gemm import multiprocessors
 
         grid = rg.grid(R, C, cfg, multiprocessors(x.device) if x.is_cuda else 132)  # CPU: the unit tests' stubs
     plan = dict(route=route, codes_on=codes_on, xhat_on=xhat_on, bc=bc, br=br, grid=grid, consts=consts,
-                consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None, redo=None)
-    if consts.get("COL_F32") == 2:  # rowcol_gluon's second launch: unproven programs' column copies in f64
-        plan["redo"] = {k: dict(c, REDO_PASS=True) for k, c in (("consts", consts),
-                                                                ("consts_seed_ptr", plan["consts_seed_ptr"]))}
+                consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     # The amax pass's launches (kernel, grid, constexprs). Benchmarks only: "amax_reversed" False
     # runs it in launch order, "amax_rht_f32" False a column RHT's in f64 throughout ("col_rht_f32"
-    # 1 or 2 puts the quantize pass's in f32: rowcol_gluon.col_rht_f32).
+    # True puts the quantize pass's in f32: rowcol_gluon.col_rht_f32).
     reversed_ = CONFIG_OVERRIDE.get("amax_reversed", True)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
         rg, f32, tile = _rowcol_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
@@ -1247,10 +1244,8 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
         if fuse and rht_c is None and rht_r is None:  # one amax: the kernel records it once, at amax_bits[0]
             amax_in = (measured[0], measured[0])
         kernel = _rowcol_gluon()._rowcol_kernel
-        g = plan["grid"]  # COL_F32 2: a program's flag for the second launch
-        redo = torch.empty(g[0] * g[1], dtype=torch.int32, device=dev) if plan["redo"] else amax_bits
         args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
-                seed, int(offset), int(offset) + R * C, redo)
+                seed, int(offset), int(offset) + R * C)
     else:
         kernel = strip._strip_kernel if route == "strip" else _rowcol_kernel
         args = (x, codes_r, scales_r, xhat_r, codes_c, scales_c, xhat_c, amax_bits, *amax_in, ts, sr_, sc_, R, C,
@@ -1264,10 +1259,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
             launcher.run(_rowcol_gluon()._amax_kernel, grid0, (x, amax_bits, sc_, R, C), consts0)
         else:
             launcher.run(strip._strip_amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
-    which = "consts_seed_ptr" if seed_ptr else "consts"
-    launcher.run(kernel, plan["grid"], args, plan[which])
-    if plan["redo"]:
-        launcher.run(kernel, plan["grid"], args, plan["redo"][which])
+    launcher.run(kernel, plan["grid"], args, plan["consts_seed_ptr" if seed_ptr else "consts"])
     return dict(codes=(codes_r, codes_c), scales=(scales_r, scales_c), xhat=(xhat_r, xhat_c), ts=ts, amax=amax_in)
 
 

@@ -687,7 +687,7 @@ def _col_copies_f64(XW, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C
 
 @gluon.jit
 def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX_BITS, AMAX_IN_R, AMAX_IN_C, TS_OUT,
-                   SIGNS_R, SIGNS_C, R, C, seed, offset_r, offset_c, REDO,
+                   SIGNS_R, SIGNS_C, R, C, seed, offset_r, offset_c,
                    EMIN: gl.constexpr, MBITS: gl.constexpr, FIXED: gl.constexpr, TWOS: gl.constexpr,
                    BITS: gl.constexpr, GMAX: gl.constexpr, EMAX: gl.constexpr, SCALE: gl.constexpr,
                    RULE: gl.constexpr, B: gl.constexpr, S_EMIN: gl.constexpr, S_MBITS: gl.constexpr,
@@ -698,7 +698,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
                    NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False, RN_R: gl.constexpr = 0,
                    NORM_R: gl.constexpr = 1.0, LOOP: gl.constexpr = False, STAGES: gl.constexpr = 0,
-                   STRIDED: gl.constexpr = False, COL_F32: gl.constexpr = 0, REDO_PASS: gl.constexpr = False):
+                   STRIDED: gl.constexpr = False, COL_F32: gl.constexpr = False):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on (_tile each), unrolled, loading tile it + 1 before it quantizes
     tile it (as strip.py's ITERS), or with LOOP in a loop that is not unrolled, each tile's
@@ -719,9 +719,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     F32: x is f32 (a LayerNorm's output under autocast), a word two f32 in 64 bits.
     COL_F32 (a bf16 x, RN_C 16): the column RHT in f32 (_rht16_col_f32) where it provably gives
     the f64 butterflies' bits; if a block of the program's is not proven, its column copy is
-    quantized again with f64 (_col_copies_f64): 1, once its tiles are done; 2, by a second
-    launch (REDO_PASS) where the program's flag at REDO says so (the f64 code's registers kept
-    out of this launch). REDO: an int32 a program (pid_r x programs along C + pid_c)."""
+    quantized again with f64 (_col_copies_f64) once its tiles are done."""
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     gl.static_assert(not COL_F32 or (RN_C == 16 and not F32), "COL_F32 is a bf16 input's column RHT of 16")
     gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE and RN_C == 0), "a row RHT is one block in one lane")
@@ -759,77 +757,56 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     else:
         sign_lo = 0.0
         sign_hi = 0.0
-    if REDO_PASS:  # COL_F32 2's second launch: a flagged program's column copy again, in f64
-        if LOOP:
-            first, step, count = _row_tiles(pid_r, R, BM, ITERS, STRIDED)
-        else:
-            first, step, count = t0, 1, ITERS
-        if gl.load(REDO + pid_r * gl.num_programs(1) + pid_c) != 0:
-            m_c = _col_copies_f64(XW, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C,
-                                  SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c, sign_lo, sign_hi, i, k,
-                                  w, i2, g2, p, ic, wc, j, wj, first, step, count, EMIN, MBITS, FIXED, TWOS, BITS,
-                                  GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, FUSE_AMAX,
-                                  XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR, LC, RN_C, NORM_C, F32, RN_R,
-                                  NORM_R)
-            if FUSE_AMAX:
-                gl.atomic_max(AMAX_BITS + 1, m_c)
+    # the column blocks COL_F32's RHT left unproven, per thread over its tiles
+    unproven = gl.zeros([H // WB, W], gl.int32, layout=gl.SliceLayout(1, LC))
+    if LOOP:  # a loop, not unrolled: the prologue shared by its tiles (row tiles first + j step)
+        first, step, count = _row_tiles(pid_r, R, BM, ITERS, STRIDED)
+        buf_e, buf_o = _words_ring(XW, first, step, count, i, w, C, H, W, WB, STAGES)
+        for it in range(count):
+            r0 = (first + it * step) * H
+            e, o = _tile_words(buf_e, buf_o, XW, first, step, count, it, i, w, C, H, LR, STAGES)
+            tile_max, tile_max_c, u = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
+                                         XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c,
+                                         sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS, FIXED,
+                                         TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN,
+                                         NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR, LC,
+                                         RN_C, NORM_C, F32, RN_R, NORM_R, COL_F32)
+            unproven = unproven | u
+        if STAGES > 0:  # the copies past the last tile (masked off, zero-filling) done before the program ends
+            async_copy.wait_group(0)
     else:
-        # the column blocks COL_F32's RHT left unproven, per thread over its tiles
-        unproven = gl.zeros([H // WB, W], gl.int32, layout=gl.SliceLayout(1, LC))
-        if LOOP:  # a loop, not unrolled: the prologue shared by its tiles (row tiles first + j step)
-            first, step, count = _row_tiles(pid_r, R, BM, ITERS, STRIDED)
-            buf_e, buf_o = _words_ring(XW, first, step, count, i, w, C, H, W, WB, STAGES)
-            for it in range(count):
-                r0 = (first + it * step) * H
-                e, o = _tile_words(buf_e, buf_o, XW, first, step, count, it, i, w, C, H, LR, STAGES)
-                tile_max, tile_max_c, u = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C,
-                                                SCALES_C, XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r,
-                                                s_c, p_c, sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN,
-                                                MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN,
-                                                S_MBITS, S_GMAX, S_MIN, NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON,
-                                                MODE_R, MODE_C, BM, BK, LR, LC, RN_C, NORM_C, F32, RN_R, NORM_R,
-                                                COL_F32)
-                unproven = unproven | u
-            if STAGES > 0:  # the copies past the last tile (masked off, zero-filling) done before the program ends
-                async_copy.wait_group(0)
-        else:
-            e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
-            o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
-            for it in gl.static_range(ITERS):
-                e = e_next
-                o = o_next
-                r0 = (t0 + it) * H  # the tile's first row pair
-                if it + 1 < ITERS:  # the next tile's words, in flight while this one is quantized
-                    e_next = gl.load(XW + (2 * (r0 + H + i)) * (C // 2) + w)
-                    o_next = gl.load(XW + (2 * (r0 + H + i) + 1) * (C // 2) + w)
-                tile_max, tile_max_c, u = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C,
-                                                SCALES_C, XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r,
-                                                s_c, p_c, sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN,
-                                                MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN,
-                                                S_MBITS, S_GMAX, S_MIN, NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON,
-                                                MODE_R, MODE_C, BM, BK, LR, LC, RN_C, NORM_C, F32, RN_R, NORM_R,
-                                                COL_F32)
-                unproven = unproven | u
-            first, step, count = t0, 1, ITERS
-        if COL_F32 == 1:  # a block f32 did not prove (rare in data): the program's column copy again, in f64
-            if gl.max(gl.max(unproven, axis=1), axis=0) != 0:
-                tile_max_c = _col_copies_f64(XW, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C,
-                                             SCALES_C, XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c,
-                                             p_c, sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, first, step,
-                                             count, EMIN, MBITS, FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B,
-                                             S_EMIN, S_MBITS, S_GMAX, S_MIN, NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON,
-                                             MODE_R, MODE_C, BM, BK, LR, LC, RN_C, NORM_C, F32, RN_R, NORM_R)
-        if COL_F32 == 2:  # the second launch redoes it: this program's flag, and no column amax of unproven blocks
-            redo = gl.max(gl.max(unproven, axis=1), axis=0)
-            gl.store(REDO + pid_r * gl.num_programs(1) + pid_c, redo)
-            tile_max_c = gl.where(redo != 0, 0, tile_max_c)
-        if FUSE_AMAX:
-            gl.atomic_max(AMAX_BITS, tile_max)
-            if SPLIT_AMAX:
-                gl.atomic_max(AMAX_BITS + 1, tile_max_c)
-        if (pid_r == 0) & (pid_c == 0):
-            gl.store(TS_OUT, s_r)
-            gl.store(TS_OUT + 1, s_c)
+        e_next = gl.load(XW + (2 * (t0 * H + i)) * (C // 2) + w)  # rows 2i
+        o_next = gl.load(XW + (2 * (t0 * H + i) + 1) * (C // 2) + w)  # rows 2i + 1
+        for it in gl.static_range(ITERS):
+            e = e_next
+            o = o_next
+            r0 = (t0 + it) * H  # the tile's first row pair
+            if it + 1 < ITERS:  # the next tile's words, in flight while this one is quantized
+                e_next = gl.load(XW + (2 * (r0 + H + i)) * (C // 2) + w)
+                o_next = gl.load(XW + (2 * (r0 + H + i) + 1) * (C // 2) + w)
+            tile_max, tile_max_c, u = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
+                                         XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c,
+                                         sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS, FIXED,
+                                         TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN,
+                                         NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR, LC,
+                                         RN_C, NORM_C, F32, RN_R, NORM_R, COL_F32)
+            unproven = unproven | u
+        first, step, count = t0, 1, ITERS
+    if COL_F32:  # a block f32 did not prove (rare in data): the program's column copy again, in f64
+        if gl.max(gl.max(unproven, axis=1), axis=0) != 0:
+            tile_max_c = _col_copies_f64(XW, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
+                                         XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c, sign_lo,
+                                         sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, first, step, count, EMIN, MBITS,
+                                         FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX,
+                                         S_MIN, NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR,
+                                         LC, RN_C, NORM_C, F32, RN_R, NORM_R)
+    if FUSE_AMAX:
+        gl.atomic_max(AMAX_BITS, tile_max)
+        if SPLIT_AMAX:
+            gl.atomic_max(AMAX_BITS + 1, tile_max_c)
+    if (pid_r == 0) & (pid_c == 0):
+        gl.store(TS_OUT, s_r)
+        gl.store(TS_OUT + 1, s_c)
 
 
 @gluon.jit
@@ -973,16 +950,15 @@ def amax_modes(rn_c: int, f32: bool, rht_f32: bool = True) -> tuple[int, ...]:
     return (1, 2) if rn_c == 16 and not f32 and rht_f32 else (0,)
 
 
-# A bf16 input's column RHT of 16 by default (_rowcol_kernel's COL_F32): 0 in f64; in f32
-# where provably exact, an unproven program's column copy redone in f64 inline (1) or by a
-# second launch (2).
-COL_RHT_F32 = 0
+# Whether a bf16 input's column RHT of 16 runs in f32 by default (_rowcol_kernel's COL_F32).
+COL_RHT_F32 = False
 
 
-def col_rht_f32(rn_c: int, f32: bool, mode: int | bool | None = None) -> int:
-    """_rowcol_kernel's COL_F32 for a call: `mode` (None: COL_RHT_F32; the benchmarks pass
-    their own) where the input is bf16 and the column RHT of 16, else 0 (f64)."""
-    return int(COL_RHT_F32 if mode is None else mode) if rn_c == 16 and not f32 else 0
+def col_rht_f32(rn_c: int, f32: bool, on: bool | None = None) -> bool:
+    """_rowcol_kernel's COL_F32: a bf16 input's column RHT of 16 in f32 where that is
+    provably exact, the program's column copy redone in f64 otherwise; `on` (None: COL_RHT_F32)
+    False gives f64 for every block, the benchmarks' comparison."""
+    return rn_c == 16 and not f32 and (COL_RHT_F32 if on is None else on)
 
 
 def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: bool = False,
@@ -1091,8 +1067,7 @@ def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False,
 
 def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False,
                  maxnreg: int | None = None, xhat_c: bool = False, mode: int = 0, seed_ptr: bool = False,
-                 rn_c: int = 0, f32: bool = False, mode_c: int | None = None, rn_r: int = 0, col_f32: int = 0,
-                 redo_pass: bool = False):
+                 rn_c: int = 0, f32: bool = False, mode_c: int | None = None, rn_r: int = 0, col_f32: bool = False):
     """_rowcol_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the
     CPU tier checks (tests/unit/test_rowcol_gluon.py)."""
     import triton
@@ -1102,13 +1077,13 @@ def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, x
     consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r, XHAT_C_ON=xhat_c, MODE_R=mode,
                   MODE_C=mode if mode_c is None else mode_c, SEED_PTR=seed_ptr, RN_C=rn_c,
                   NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, F32=f32, RN_R=rn_r,
-                  NORM_R=1.0 / math.sqrt(rn_r) if rn_r else 1.0, COL_F32=int(col_f32), REDO_PASS=redo_pass)
+                  NORM_R=1.0 / math.sqrt(rn_r) if rn_r else 1.0, COL_F32=col_f32)
     warps = consts.pop("num_warps")
     maxnreg = consts.pop("maxnreg", maxnreg)
     fn = _rowcol_kernel
     types = dict(X="*fp32" if f32 else "*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32",
                  AMAX_IN_C="*fp32", TS_OUT="*fp32", SIGNS_R="*fp32", SIGNS_C="*fp32", R="i32", C="i32",
-                 seed="*i64" if seed_ptr else "i64", offset_r="i64", offset_c="i64", REDO="*i32")
+                 seed="*i64" if seed_ptr else "i64", offset_r="i64", offset_c="i64")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
     sig.update({k: "constexpr" for k in consts})
     aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "XHAT_C", "R", "C")
