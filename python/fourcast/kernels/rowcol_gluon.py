@@ -765,12 +765,12 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
         for it in range(count):
             r0 = (first + it * step) * H
             e, o = _tile_words(buf_e, buf_o, XW, first, step, count, it, i, w, C, H, LR, STAGES)
-            tile_max, tile_max_c, u = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
-                                         XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c,
-                                         sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS, FIXED,
-                                         TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN,
-                                         NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR, LC,
-                                         RN_C, NORM_C, F32, RN_R, NORM_R, COL_F32)
+            tile_max, tile_max_c, u = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C,
+                                            SCALES_C, XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c,
+                                            p_c, sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS,
+                                            FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX,
+                                            S_MIN, NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR,
+                                            LC, RN_C, NORM_C, F32, RN_R, NORM_R, COL_F32)
             unproven = unproven | u
         if STAGES > 0:  # the copies past the last tile (masked off, zero-filling) done before the program ends
             async_copy.wait_group(0)
@@ -784,12 +784,12 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
             if it + 1 < ITERS:  # the next tile's words, in flight while this one is quantized
                 e_next = gl.load(XW + (2 * (r0 + H + i)) * (C // 2) + w)
                 o_next = gl.load(XW + (2 * (r0 + H + i) + 1) * (C // 2) + w)
-            tile_max, tile_max_c, u = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C,
-                                         XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c, p_c,
-                                         sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS, FIXED,
-                                         TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX, S_MIN,
-                                         NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR, LC,
-                                         RN_C, NORM_C, F32, RN_R, NORM_R, COL_F32)
+            tile_max, tile_max_c, u = _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C,
+                                            SCALES_C, XHAT_C, SIGNS_C, R, C, seed, offset_r, offset_c, s_r, p_r, s_c,
+                                            p_c, sign_lo, sign_hi, i, k, w, i2, g2, p, ic, wc, j, wj, EMIN, MBITS,
+                                            FIXED, TWOS, BITS, GMAX, EMAX, SCALE, RULE, B, S_EMIN, S_MBITS, S_GMAX,
+                                            S_MIN, NANB, FUSE_AMAX, XHAT_R_ON, XHAT_C_ON, MODE_R, MODE_C, BM, BK, LR,
+                                            LC, RN_C, NORM_C, F32, RN_R, NORM_R, COL_F32)
             unproven = unproven | u
         first, step, count = t0, 1, ITERS
     if COL_F32:  # a block f32 did not prove (rare in data): the program's column copy again, in f64
