@@ -1,0 +1,186 @@
+"""Does TMA raise the row+col quantizer's io floor? The packed calls' traffic (both packed
+copies, no arithmetic) moved by a persistent kernel whose tiles reach shared memory by TMA,
+STAGES - 1 tiles ahead of the one being stored, against rowcol_gluon's one-tile programs
+(_io_one_lane_kernel x1: 78% of copy on an H100, session 24, below the 80% target before any
+arithmetic). With TMA the bytes in flight take neither registers nor programs, and both
+layouts read the tile from shared memory (the one-tile kernel loads it into registers and
+moves it through shared memory for the column layout). Same stand-in bytes as
+_io_one_lane_kernel, checked by its model (_io_one_lane_ok)."""
+
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from fourcast.kernels import rowcol_gluon as rg
+from fourcast.kernels.gemm import multiprocessors
+from fourcast.kernels.gemm_wgmma import _cta_barrier
+
+from kernel_bench.harness import ARGS, DEV, QSIZES, RES, SMOKE, left, ms, ms_graphed, qbytes, rand, save, section
+from kernel_bench.io_floors import _io_one_lane_kernel, _io_one_lane_ok, _nibble_byte
+
+# Triton 3.6 names the TMA load async_copy_global_to_shared, later releases async_load (the
+# old name then raises)
+_tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+
+# (stages, programs an SM): 16 KB of shared memory a stage (rows 2i and 2i + 1 of a 64 x 128 tile)
+TMA_RUNS = ((2, 1), (3, 1), (4, 1), (6, 1), (8, 1), (2, 2), (3, 2), (4, 2), (3, 3))
+
+
+@gluon.jit
+def _issue(desc, e_buf, o_buf, bar, t, n_c, C, pred, H: gl.constexpr, W: gl.constexpr):
+    """Tile t's rows 2i (words [0, C/2) of row pair i in the (R/2, C) view) and 2i + 1 (words
+    [C/2, C)) into one stage's two buffers, both on its barrier."""
+    tr = t // n_c
+    tc = t % n_c
+    mbarrier.expect(bar, 2 * H * W * 4, pred=pred)
+    _tma_load(desc, [tr * H, tc * W], bar, e_buf, pred=pred)
+    _tma_load(desc, [tr * H, C // 2 + tc * W], bar, o_buf, pred=pred)
+
+
+@gluon.jit
+def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
+                   STAGES: gl.constexpr):
+    """_io_one_lane_kernel's packed floor (8 warps, one lane a block of 16) on a persistent grid:
+    program p takes tiles p, p + P, ... in row-major order, each arriving by TMA STAGES - 1
+    tiles ahead into rings of shared buffers [STAGES, BM / 2, BK / 2] (rows 2i, rows 2i + 1: words,
+    no swizzle)."""
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    # rows: 8 words (a block of 16) a thread, a row's 8 blocks on 8 lanes; columns: 8 row pairs
+    # of one word column a thread, 32 word columns a warp (one conflict-free word a lane a load)
+    LR: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+    LC: gl.constexpr = gl.BlockedLayout([8, 1], [1, 32], [4, 2], [0, 1])
+    SL: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    e_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, H, W], SL)
+    o_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, H, W], SL)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for st in gl.static_range(STAGES):
+        mbarrier.init(bars.index(st), count=1)
+    pid = gl.program_id(0)
+    P = gl.num_programs(0)
+    n_c = C // BK
+    count = ((R // BM) * n_c - pid + P - 1) // P
+    for st in gl.static_range(STAGES - 1):
+        _issue(desc, e_bufs.index(st), o_bufs.index(st), bars.index(st), pid + st * P, n_c, C, st < count, H, W)
+    i = gl.arange(0, H, layout=gl.SliceLayout(1, LR))[:, None]
+    w = gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
+    ic = gl.arange(0, H, layout=gl.SliceLayout(1, LC))[:, None]
+    wc = gl.arange(0, W, layout=gl.SliceLayout(0, LC))[None, :]
+    for k in range(count):
+        # the stage read in iteration k - 1 is free once every warp has read it
+        fence_async_shared()
+        _cta_barrier()
+        kn = k + STAGES - 1
+        sn = kn % STAGES
+        _issue(desc, e_bufs.index(sn), o_bufs.index(sn), bars.index(sn), pid + kn * P, n_c, C, kn < count, H, W)
+        s = k % STAGES
+        mbarrier.wait(bars.index(s), (k // STAGES) & 1)
+        t = pid + k * P
+        tr = t // n_c
+        tc = t % n_c
+        r0 = tr * H
+        for half in gl.static_range(2):
+            v = (e_bufs if half == 0 else o_bufs).index(s).load(LR)
+            row = 2 * (r0 + i) + half
+            gl.store(CODES_R + row * (C // 2) + tc * W + w, _nibble_byte(v, v >> 16, 12))
+            m = gl.max(gl.reshape(v, [H, W // 8, 8]), axis=2)
+            g = gl.arange(0, W // 8, layout=gl.SliceLayout(0, m.type.layout))[None, :]
+            row_s = 2 * (r0 + gl.arange(0, H, layout=gl.SliceLayout(1, m.type.layout))[:, None]) + half
+            gl.store(SCALES_R + row_s * (C // 16) + tc * (W // 8) + g, m.to(gl.uint8))
+        ec = e_bufs.index(s).load(LC)
+        oc = o_bufs.index(s).load(LC)
+        col = 2 * (tc * W + wc)
+        gl.store(CODES_C + col * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 12))
+        gl.store(CODES_C + (col + 1) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 28))
+        mc = gl.maximum(gl.max(gl.reshape(ec, [H // 8, 8, W]), axis=1), gl.max(gl.reshape(oc, [H // 8, 8, W]), axis=1))
+        j = gl.arange(0, H // 8, layout=gl.SliceLayout(1, mc.type.layout))[:, None]
+        wj = 2 * (tc * W + gl.arange(0, W, layout=gl.SliceLayout(0, mc.type.layout))[None, :])
+        gl.store(SCALES_C + wj * (R // 16) + r0 // 8 + j, mc.to(gl.uint8))
+        gl.store(SCALES_C + (wj + 1) * (R // 16) + r0 // 8 + j, (mc >> 16).to(gl.uint8))
+    for st in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(st))
+
+
+def tma_descriptor(x: torch.Tensor, bm: int = 64, bk: int = 128) -> TensorDescriptor:
+    """x (R, C) bf16 as 32-bit words viewed (R / 2, C): row pair i's two rows side by side,
+    boxes of [bm / 2, bk / 2] words."""
+    r, c = x.shape
+    words = x.view(torch.int32).view(r // 2, c)
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    return TensorDescriptor.from_tensor(words, [bm // 2, bk // 2], layout)
+
+
+def io_tma(x, cr, sr, cc, sc, stages: int, per_sm: int):
+    r, c = x.shape
+    grid = (min(per_sm * multiprocessors(x.device), (r // 64) * (c // 128)),)
+    _io_tma_kernel[grid](tma_descriptor(x), cr, sr, cc, sc, r, c, BM=64, BK=128, STAGES=stages, num_warps=8)
+
+
+@section("io floor by TMA: the packed calls' traffic, tiles in shared memory stages ahead")
+def io_floor_tma():
+    """The both-packed io floor at 64 x 128 tiles, 8 warps: _io_one_lane_kernel x1 (the
+    default's tiling) against _io_tma_kernel at each (stages, programs an SM) of TMA_RUNS,
+    each by do_bench and as a CUDA-graph replay, --repeat samples in alternation; every
+    variant's bytes checked (_io_one_lane_ok). Rows: RES["io_tma"]."""
+    if SMOKE:
+        return
+    out = RES.setdefault("io_tma", [])
+    copy = RES["ceilings"].get("copy_tbps", 0)
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        cr = torch.empty((r, c // 2), dtype=torch.uint8, device=DEV)
+        sr = torch.empty((r, c // 16), dtype=torch.uint8, device=DEV)
+        cc = torch.empty((c, r // 2), dtype=torch.uint8, device=DEV)
+        sc = torch.empty((c, r // 16), dtype=torch.uint8, device=DEV)
+        xr = torch.empty_like(x)
+        grid = rg.grid(r, c, rg.Config(64, 128, 8, 1, None, True), multiprocessors(x.device))
+        runs = [("one lane x1", lambda: _io_one_lane_kernel[grid](
+            x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
+            num_warps=8))]
+        runs += [(f"tma {st} stages, {ps} an SM", lambda st=st, ps=ps: io_tma(x, cr, sr, cc, sc, st, ps))
+                 for st, ps in TMA_RUNS]
+        nbytes = qbytes(r, c, 16, 2)
+        for sample in range(max(1, ARGS.repeat)):
+            for name, fn in runs:
+                if left() < 15:
+                    save()
+                    return
+                try:
+                    for t in (cr, sr, cc, sc):
+                        t.zero_()
+                    fn()
+                    ok = _io_one_lane_ok(x, cr, sr, xr, cc, sc, False)
+                    t_bench = ms(fn)
+                    t_graph, _ = ms_graphed(fn)
+                except Exception as exc:  # a variant that does not compile or launch is a result
+                    RES["errors"].append(f"io_tma {name} {r}x{c}: {exc!r}")
+                    continue
+                row = dict(name=name, shape=f"{r}x{c}", sample=sample, bytes_ok=ok, ms=t_bench, ms_graphed=t_graph,
+                           frac_copy=nbytes / (t_bench * 1e-3) / 1e12 / copy if copy else None,
+                           frac_copy_graphed=nbytes / (t_graph * 1e-3) / 1e12 / copy if copy else None)
+                out.append(row)
+                print(f"io_tma {name:26s} {r}x{c}: {t_bench * 1e3:6.1f} us (graphed {t_graph * 1e3:6.1f}) "
+                      f"{row['frac_copy'] or 0:.0%} / {row['frac_copy_graphed'] or 0:.0%} of copy, bytes ok {ok}")
+        save()
+
+
+def compile_sm90(stages: int = 3):
+    """_io_tma_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the CPU
+    tier checks (tests/unit/test_io_tma.py)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    fn = _io_tma_kernel
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    consts = dict(BM=64, BK=128, STAGES=stages)
+    sig = {a: "*u8" for a in ("CODES_R", "SCALES_R", "CODES_C", "SCALES_C")}
+    sig.update(desc=f"tensordesc<i32[32, 64],{layout!r}>", R="i32", C="i32", **{k: "constexpr" for k in consts})
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("CODES_R", "SCALES_R", "CODES_C",
+                                                                             "SCALES_C", "R", "C")}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8))
