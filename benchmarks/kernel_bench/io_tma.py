@@ -26,8 +26,11 @@ from kernel_bench.io_floors import _io_one_lane_kernel, _io_one_lane_ok, _nibble
 # old name then raises)
 _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 
-# (stages, programs an SM): 16 KB of shared memory a stage (rows 2i and 2i + 1 of a 64 x 128 tile)
-TMA_RUNS = ((2, 1), (3, 1), (4, 1), (6, 1), (8, 1), (2, 2), (3, 2), (4, 2), (3, 3))
+# (stages, programs an SM, column layout): 16 KB of shared memory a stage (rows 2i and 2i + 1 of a
+# 64 x 128 tile); column layout 0: 32 word columns a warp, 1: rowcol_gluon's (4 column blocks x 8
+# word columns a warp: 32 contiguous code bytes per 4 lanes, 4-way bank conflicts reading them)
+TMA_RUNS = ((2, 1, 0), (3, 1, 0), (4, 1, 0), (6, 1, 0), (8, 1, 0), (2, 2, 0), (3, 2, 0), (4, 2, 0), (3, 3, 0),
+            (4, 1, 1), (3, 2, 1), (4, 2, 1))
 
 
 @gluon.jit
@@ -43,7 +46,7 @@ def _issue(desc, e_buf, o_buf, bar, t, n_c, C, pred, H: gl.constexpr, W: gl.cons
 
 @gluon.jit
 def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
-                   STAGES: gl.constexpr):
+                   STAGES: gl.constexpr, COL_LAYOUT: gl.constexpr):
     """_io_one_lane_kernel's packed floor (8 warps, one lane a block of 16) on a persistent grid:
     program p takes tiles p, p + P, ... in row-major order, each arriving by TMA STAGES - 1
     tiles ahead into rings of shared buffers [STAGES, BM / 2, BK / 2] (rows 2i, rows 2i + 1: words,
@@ -53,7 +56,10 @@ def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.cons
     # rows: 8 words (a block of 16) a thread, a row's 8 blocks on 8 lanes; columns: 8 row pairs
     # of one word column a thread, 32 word columns a warp (one conflict-free word a lane a load)
     LR: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
-    LC: gl.constexpr = gl.BlockedLayout([8, 1], [1, 32], [4, 2], [0, 1])
+    if COL_LAYOUT == 0:
+        LC: gl.constexpr = gl.BlockedLayout([8, 1], [1, 32], [4, 2], [0, 1])
+    else:
+        LC: gl.constexpr = gl.BlockedLayout([8, 1], [4, 8], [1, 8], [0, 1])
     SL: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
     e_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, H, W], SL)
     o_bufs = gl.allocate_shared_memory(gl.int32, [STAGES, H, W], SL)
@@ -114,10 +120,11 @@ def tma_descriptor(x: torch.Tensor, bm: int = 64, bk: int = 128) -> TensorDescri
     return TensorDescriptor.from_tensor(words, [bm // 2, bk // 2], layout)
 
 
-def io_tma(x, cr, sr, cc, sc, stages: int, per_sm: int):
+def io_tma(x, cr, sr, cc, sc, stages: int, per_sm: int, col_layout: int = 0):
     r, c = x.shape
     grid = (min(per_sm * multiprocessors(x.device), (r // 64) * (c // 128)),)
-    _io_tma_kernel[grid](tma_descriptor(x), cr, sr, cc, sc, r, c, BM=64, BK=128, STAGES=stages, num_warps=8)
+    _io_tma_kernel[grid](tma_descriptor(x), cr, sr, cc, sc, r, c, BM=64, BK=128, STAGES=stages, COL_LAYOUT=col_layout,
+                         num_warps=8)
 
 
 @section("io floor by TMA: the packed calls' traffic, tiles in shared memory stages ahead")
@@ -141,8 +148,8 @@ def io_floor_tma():
         runs = [("one lane x1", lambda: _io_one_lane_kernel[grid](
             x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
             num_warps=8))]
-        runs += [(f"tma {st} stages, {ps} an SM", lambda st=st, ps=ps: io_tma(x, cr, sr, cc, sc, st, ps))
-                 for st, ps in TMA_RUNS]
+        runs += [(f"tma {st} stages, {ps} an SM{', kernel LC' if lc else ''}",
+                  lambda st=st, ps=ps, lc=lc: io_tma(x, cr, sr, cc, sc, st, ps, lc)) for st, ps, lc in TMA_RUNS]
         nbytes = qbytes(r, c, 16, 2)
         for sample in range(max(1, ARGS.repeat)):
             for name, fn in runs:
@@ -168,7 +175,7 @@ def io_floor_tma():
         save()
 
 
-def compile_sm90(stages: int = 3):
+def compile_sm90(stages: int = 3, col_layout: int = 0):
     """_io_tma_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the CPU
     tier checks (tests/unit/test_io_tma.py)."""
     import triton
@@ -177,7 +184,7 @@ def compile_sm90(stages: int = 3):
 
     fn = _io_tma_kernel
     layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-    consts = dict(BM=64, BK=128, STAGES=stages)
+    consts = dict(BM=64, BK=128, STAGES=stages, COL_LAYOUT=col_layout)
     sig = {a: "*u8" for a in ("CODES_R", "SCALES_R", "CODES_C", "SCALES_C")}
     sig.update(desc=f"tensordesc<i32[32, 64],{layout!r}>", R="i32", C="i32", **{k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("CODES_R", "SCALES_R", "CODES_C",

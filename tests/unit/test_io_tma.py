@@ -23,7 +23,7 @@ sys.path.insert(0, sys.argv[2])
 import triton
 from kernel_bench import io_tma
 
-k = io_tma.compile_sm90(int(sys.argv[1]))
+k = io_tma.compile_sm90(int(sys.argv[1]), int(sys.argv[3]))
 bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
     f.write(k.asm["cubin"])
@@ -39,12 +39,12 @@ print(json.dumps(dict(spilled=sum(int(re.search(rf"{m}:(\d+)", res).group(1)) fo
 """
 
 
-@pytest.mark.parametrize("stages", [2, 4])
-def test_tma_floor_compiles_as_designed(stages):
+@pytest.mark.parametrize("stages,col_layout", [(2, 0), (4, 0), (3, 1)])
+def test_tma_floor_compiles_as_designed(stages, col_layout):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory() as cache:
         env["TRITON_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, "-c", _CHILD, str(stages), str(BENCH)], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, "-c", _CHILD, str(stages), str(BENCH), str(col_layout)], capture_output=True, text=True,
                              env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
