@@ -31,6 +31,8 @@ _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_glo
 # word columns a warp: 32 contiguous code bytes per 4 lanes, 4-way bank conflicts reading them)
 TMA_RUNS = ((2, 1, 0), (3, 1, 0), (4, 1, 0), (6, 1, 0), (8, 1, 0), (2, 2, 0), (3, 2, 0), (4, 2, 0), (3, 3, 0),
             (4, 1, 1), (3, 2, 1), (4, 2, 1))
+# (stages, programs an SM, stores): the reads alone (0) and with the row copy's bytes (1)
+TMA_PART_RUNS = ((4, 1, 0), (4, 1, 1), (3, 2, 0), (3, 2, 1), (8, 1, 0))
 
 
 @gluon.jit
@@ -45,12 +47,18 @@ def _issue(desc, e_buf, o_buf, bar, t, n_c, C, pred, H: gl.constexpr, W: gl.cons
 
 
 @gluon.jit
+def _xor(a, b):
+    return a ^ b
+
+
+@gluon.jit
 def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
-                   STAGES: gl.constexpr, COL_LAYOUT: gl.constexpr):
+                   STAGES: gl.constexpr, COL_LAYOUT: gl.constexpr, STORES: gl.constexpr = 2):
     """_io_one_lane_kernel's packed floor (8 warps, one lane a block of 16) on a persistent grid:
     program p takes tiles p, p + P, ... in row-major order, each arriving by TMA STAGES - 1
     tiles ahead into rings of shared buffers [STAGES, BM / 2, BK / 2] (rows 2i, rows 2i + 1: words,
-    no swizzle)."""
+    no swizzle). STORES 2: both copies' bytes; 1: the row copy's only; 0: none (the words
+    folded into one byte a program, so the reads stay): where the floor's time goes."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     # rows: 8 words (a block of 16) a thread, a row's 8 blocks on 8 lanes; columns: 8 row pairs
@@ -76,6 +84,7 @@ def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.cons
     w = gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
     ic = gl.arange(0, H, layout=gl.SliceLayout(1, LC))[:, None]
     wc = gl.arange(0, W, layout=gl.SliceLayout(0, LC))[None, :]
+    fold = gl.zeros([H, W], gl.int32, LR)
     for k in range(count):
         # the stage read in iteration k - 1 is free once every warp has read it
         fence_async_shared()
@@ -91,22 +100,29 @@ def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.cons
         r0 = tr * H
         for half in gl.static_range(2):
             v = (e_bufs if half == 0 else o_bufs).index(s).load(LR)
-            row = 2 * (r0 + i) + half
-            gl.store(CODES_R + row * (C // 2) + tc * W + w, _nibble_byte(v, v >> 16, 12))
-            m = gl.max(gl.reshape(v, [H, W // 8, 8]), axis=2)
-            g = gl.arange(0, W // 8, layout=gl.SliceLayout(0, m.type.layout))[None, :]
-            row_s = 2 * (r0 + gl.arange(0, H, layout=gl.SliceLayout(1, m.type.layout))[:, None]) + half
-            gl.store(SCALES_R + row_s * (C // 16) + tc * (W // 8) + g, m.to(gl.uint8))
-        ec = e_bufs.index(s).load(LC)
-        oc = o_bufs.index(s).load(LC)
-        col = 2 * (tc * W + wc)
-        gl.store(CODES_C + col * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 12))
-        gl.store(CODES_C + (col + 1) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 28))
-        mc = gl.maximum(gl.max(gl.reshape(ec, [H // 8, 8, W]), axis=1), gl.max(gl.reshape(oc, [H // 8, 8, W]), axis=1))
-        j = gl.arange(0, H // 8, layout=gl.SliceLayout(1, mc.type.layout))[:, None]
-        wj = 2 * (tc * W + gl.arange(0, W, layout=gl.SliceLayout(0, mc.type.layout))[None, :])
-        gl.store(SCALES_C + wj * (R // 16) + r0 // 8 + j, mc.to(gl.uint8))
-        gl.store(SCALES_C + (wj + 1) * (R // 16) + r0 // 8 + j, (mc >> 16).to(gl.uint8))
+            if STORES == 0:
+                fold = fold ^ v
+            else:
+                row = 2 * (r0 + i) + half
+                gl.store(CODES_R + row * (C // 2) + tc * W + w, _nibble_byte(v, v >> 16, 12))
+                m = gl.max(gl.reshape(v, [H, W // 8, 8]), axis=2)
+                g = gl.arange(0, W // 8, layout=gl.SliceLayout(0, m.type.layout))[None, :]
+                row_s = 2 * (r0 + gl.arange(0, H, layout=gl.SliceLayout(1, m.type.layout))[:, None]) + half
+                gl.store(SCALES_R + row_s * (C // 16) + tc * (W // 8) + g, m.to(gl.uint8))
+        if STORES == 2:
+            ec = e_bufs.index(s).load(LC)
+            oc = o_bufs.index(s).load(LC)
+            col = 2 * (tc * W + wc)
+            gl.store(CODES_C + col * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 12))
+            gl.store(CODES_C + (col + 1) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 28))
+            mc = gl.maximum(gl.max(gl.reshape(ec, [H // 8, 8, W]), axis=1),
+                            gl.max(gl.reshape(oc, [H // 8, 8, W]), axis=1))
+            j = gl.arange(0, H // 8, layout=gl.SliceLayout(1, mc.type.layout))[:, None]
+            wj = 2 * (tc * W + gl.arange(0, W, layout=gl.SliceLayout(0, mc.type.layout))[None, :])
+            gl.store(SCALES_C + wj * (R // 16) + r0 // 8 + j, mc.to(gl.uint8))
+            gl.store(SCALES_C + (wj + 1) * (R // 16) + r0 // 8 + j, (mc >> 16).to(gl.uint8))
+    if STORES == 0:
+        gl.store(CODES_R + pid, (gl.reduce(gl.reduce(fold, 1, _xor), 0, _xor) & 0xFF).to(gl.uint8))
     for st in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(st))
 
@@ -120,19 +136,20 @@ def tma_descriptor(x: torch.Tensor, bm: int = 64, bk: int = 128) -> TensorDescri
     return TensorDescriptor.from_tensor(words, [bm // 2, bk // 2], layout)
 
 
-def io_tma(x, cr, sr, cc, sc, stages: int, per_sm: int, col_layout: int = 0):
+def io_tma(x, cr, sr, cc, sc, stages: int, per_sm: int, col_layout: int = 0, stores: int = 2):
     r, c = x.shape
     grid = (min(per_sm * multiprocessors(x.device), (r // 64) * (c // 128)),)
     _io_tma_kernel[grid](tma_descriptor(x), cr, sr, cc, sc, r, c, BM=64, BK=128, STAGES=stages, COL_LAYOUT=col_layout,
-                         num_warps=8)
+                         STORES=stores, num_warps=8)
 
 
 @section("io floor by TMA: the packed calls' traffic, tiles in shared memory stages ahead")
 def io_floor_tma():
     """The both-packed io floor at 64 x 128 tiles, 8 warps: _io_one_lane_kernel x1 (the
     default's tiling) against _io_tma_kernel at each (stages, programs an SM) of TMA_RUNS,
-    each by do_bench and as a CUDA-graph replay, --repeat samples in alternation; every
-    variant's bytes checked (_io_one_lane_ok). Rows: RES["io_tma"]."""
+    then its reads alone and with the row copy only (TMA_PART_RUNS, each fraction of copy over
+    its own bytes), each by do_bench and as a CUDA-graph replay, --repeat samples in
+    alternation; every both-copy variant's bytes checked (_io_one_lane_ok). Rows: RES["io_tma"]."""
     if SMOKE:
         return
     out = RES.setdefault("io_tma", [])
@@ -145,14 +162,17 @@ def io_floor_tma():
         sc = torch.empty((c, r // 16), dtype=torch.uint8, device=DEV)
         xr = torch.empty_like(x)
         grid = rg.grid(r, c, rg.Config(64, 128, 8, 1, None, True), multiprocessors(x.device))
-        runs = [("one lane x1", lambda: _io_one_lane_kernel[grid](
+        both = qbytes(r, c, 16, 2)
+        runs = [("one lane x1", both, lambda: _io_one_lane_kernel[grid](
             x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
             num_warps=8))]
-        runs += [(f"tma {st} stages, {ps} an SM{', kernel LC' if lc else ''}",
+        runs += [(f"tma {st} stages, {ps} an SM{', kernel LC' if lc else ''}", both,
                   lambda st=st, ps=ps, lc=lc: io_tma(x, cr, sr, cc, sc, st, ps, lc)) for st, ps, lc in TMA_RUNS]
-        nbytes = qbytes(r, c, 16, 2)
+        runs += [(f"tma {st} stages, {ps} an SM, {('reads only', 'row copy only')[so]}",
+                  (2 * r * c, qbytes(r, c, 16, 1))[so],
+                  lambda st=st, ps=ps, so=so: io_tma(x, cr, sr, cc, sc, st, ps, 0, so)) for st, ps, so in TMA_PART_RUNS]
         for sample in range(max(1, ARGS.repeat)):
-            for name, fn in runs:
+            for name, nbytes, fn in runs:
                 if left() < 15:
                     save()
                     return
@@ -160,7 +180,7 @@ def io_floor_tma():
                     for t in (cr, sr, cc, sc):
                         t.zero_()
                     fn()
-                    ok = _io_one_lane_ok(x, cr, sr, xr, cc, sc, False)
+                    ok = _io_one_lane_ok(x, cr, sr, xr, cc, sc, False) if nbytes == both else None
                     t_bench = ms(fn)
                     t_graph, _ = ms_graphed(fn)
                 except Exception as exc:  # a variant that does not compile or launch is a result
@@ -184,7 +204,7 @@ def compile_sm90(stages: int = 3, col_layout: int = 0):
 
     fn = _io_tma_kernel
     layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-    consts = dict(BM=64, BK=128, STAGES=stages, COL_LAYOUT=col_layout)
+    consts = dict(BM=64, BK=128, STAGES=stages, COL_LAYOUT=col_layout, STORES=2)
     sig = {a: "*u8" for a in ("CODES_R", "SCALES_R", "CODES_C", "SCALES_C")}
     sig.update(desc=f"tensordesc<i32[32, 64],{layout!r}>", R="i32", C="i32", **{k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("CODES_R", "SCALES_R", "CODES_C",
