@@ -89,6 +89,7 @@ def main():
                     "rowcol_gluon: the calls whose names start so")
     ap.add_argument("--shapes", default="", help="the quantizer sections' shapes, RxC,... (e.g. the 125M model's "
                     "32768x768,32768x2304); default: the issue's 8192x8192,16384x4096")
+    ap.add_argument("--default-tiles", action="store_true", help="graphed: each call at its default tile only")
     ap.add_argument("--list", action="store_true", help="print the section names, one a line, and exit")
     vars(ARGS).update(vars(ap.parse_args()))
     if ARGS.list:

@@ -23,7 +23,8 @@ T0 = time.time()
 RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [], "gemm_fp8_exact": [], "qlinear": [],
              "linear": [], "checks": [], "errors": [], "notes": []}
 # the command line; kernels.py main() fills it in place, so modules may import it by name
-ARGS = argparse.Namespace(budget=240.0, only="", repeat=1, rowcol_pin=False, variants="", shapes="", list=False)
+ARGS = argparse.Namespace(budget=240.0, only="", repeat=1, rowcol_pin=False, variants="", shapes="", list=False,
+                          default_tiles=False)
 
 
 def left() -> float:

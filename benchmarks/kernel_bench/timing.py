@@ -143,7 +143,7 @@ def graphed():
     """Each row+col NVFP4 call of the quantizer target, the X and dY calls, copy and each call's
     torch.compile peer, captured in a CUDA graph and timed by do_bench on its replay
     (harness.ms_graphed): the GPU's time, none of the host's. Each call at the default tile
-    and at GRAPHED_TILES' others (rowcol_gluon.Config; the route each ran on recorded: a tile
+    and (unless --default-tiles) at GRAPHED_TILES' others (rowcol_gluon.Config; the route each ran on recorded: a tile
     that does not serve a call leaves it on the strip kernel). Rows: RES["graphed"]; the
     replayed call's bytes checked against an eager call's."""
     if SMOKE:
@@ -167,7 +167,8 @@ def graphed():
         calls = [(name, qbytes(r, c, 16, 2), kw, ours) for name, ours, kw in peer_calls(x, amax)][:5] + list(extra)
         for name, nbytes, kw, ours in calls:
             compiled_ms = None
-            for tile in (GRAPHED_RHT_TILES if "RHT" in name else GRAPHED_TILES):
+            tiles = (None,) if ARGS.default_tiles else GRAPHED_RHT_TILES if "RHT" in name else GRAPHED_TILES
+            for tile in tiles:
                 if left() < 40:
                     return
                 with _pinned_tile(tile) as routes:
