@@ -33,6 +33,10 @@ TMA_RUNS = ((2, 1, 0), (3, 1, 0), (4, 1, 0), (6, 1, 0), (8, 1, 0), (2, 2, 0), (3
             (4, 1, 1), (3, 2, 1), (4, 2, 1))
 # (stages, programs an SM, stores): the reads alone (0) and with the row copy's bytes (1)
 TMA_PART_RUNS = ((4, 1, 0), (4, 1, 1), (3, 2, 0), (3, 2, 1), (8, 1, 0))
+# reads alone by tile (bm, bk: a box of bm / 2 rows of bk / 2 words, each tile's rows 2i and
+# 2i + 1 two boxes): (stages, programs an SM) for TMA; the same tiles loaded into registers
+READ_TILES = ((64, 128), (32, 256), (16, 512), (128, 128), (64, 256))
+READ_RUNS = ((4, 1), (3, 2))
 
 
 @gluon.jit
@@ -51,6 +55,30 @@ def _xor(a, b):
     return a ^ b
 
 
+@gluon.constexpr_function
+def _read_layout(W):
+    """Rows of W words on 8 warps: 8 words a thread along a row, min(32, W / 8) lanes a row
+    (64 words: [1, 8], [4, 8], [8, 1], the one-lane row layout's)."""
+    tw = min(32, W // 8)
+    return gl.BlockedLayout([1, 8], [32 // tw, tw], [8, 1], [1, 0])
+
+
+@gluon.jit
+def _io_ldg_reads_kernel(X, FOLD, C, BM: gl.constexpr, BK: gl.constexpr):
+    """The reads of _io_one_lane_kernel x1 alone (a tile a program, rows 2i and 2i + 1 loaded
+    as words into registers), folded into one byte a program: TMA's reads-only row against
+    the loads the default kernel makes."""
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    LR: gl.constexpr = _read_layout(W)
+    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    i = gl.program_id(0) * H + gl.arange(0, H, layout=gl.SliceLayout(1, LR))[:, None]
+    w = gl.program_id(1) * W + gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
+    v = gl.load(XW + (2 * i) * (C // 2) + w) ^ gl.load(XW + (2 * i + 1) * (C // 2) + w)
+    fold = gl.reduce(gl.reduce(v, 1, _xor), 0, _xor)
+    gl.store(FOLD + gl.program_id(0) * gl.num_programs(1) + gl.program_id(1), (fold & 0xFF).to(gl.uint8))
+
+
 @gluon.jit
 def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
                    STAGES: gl.constexpr, COL_LAYOUT: gl.constexpr, STORES: gl.constexpr = 2):
@@ -63,7 +91,7 @@ def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.cons
     W: gl.constexpr = BK // 2
     # rows: 8 words (a block of 16) a thread, a row's 8 blocks on 8 lanes; columns: 8 row pairs
     # of one word column a thread, 32 word columns a warp (one conflict-free word a lane a load)
-    LR: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+    LR: gl.constexpr = _read_layout(W)
     if COL_LAYOUT == 0:
         LC: gl.constexpr = gl.BlockedLayout([8, 1], [1, 32], [4, 2], [0, 1])
     else:
@@ -136,11 +164,12 @@ def tma_descriptor(x: torch.Tensor, bm: int = 64, bk: int = 128) -> TensorDescri
     return TensorDescriptor.from_tensor(words, [bm // 2, bk // 2], layout)
 
 
-def io_tma(x, cr, sr, cc, sc, stages: int, per_sm: int, col_layout: int = 0, stores: int = 2):
+def io_tma(x, cr, sr, cc, sc, stages: int, per_sm: int, col_layout: int = 0, stores: int = 2, bm: int = 64,
+           bk: int = 128):
     r, c = x.shape
-    grid = (min(per_sm * multiprocessors(x.device), (r // 64) * (c // 128)),)
-    _io_tma_kernel[grid](tma_descriptor(x), cr, sr, cc, sc, r, c, BM=64, BK=128, STAGES=stages, COL_LAYOUT=col_layout,
-                         STORES=stores, num_warps=8)
+    grid = (min(per_sm * multiprocessors(x.device), (r // bm) * (c // bk)),)
+    _io_tma_kernel[grid](tma_descriptor(x, bm, bk), cr, sr, cc, sc, r, c, BM=bm, BK=bk, STAGES=stages,
+                         COL_LAYOUT=col_layout, STORES=stores, num_warps=8)
 
 
 @section("io floor by TMA: the packed calls' traffic, tiles in shared memory stages ahead")
@@ -211,3 +240,46 @@ def compile_sm90(stages: int = 3, col_layout: int = 0):
                                                                              "SCALES_C", "R", "C")}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8))
+
+
+@section("io reads: the input's reads alone, by tile, into registers or by TMA")
+def io_reads():
+    """x read once and nothing written (a byte a program): torch's x.amax() (a reduction that
+    reads x in order), _io_ldg_reads_kernel (a tile a program, loads into registers: the
+    default kernel's reads) and _io_tma_kernel's reads (STORES 0) at each READ_TILES tile and
+    READ_RUNS (stages, programs an SM); do_bench and CUDA-graph replay, TB/s and fraction of
+    copy over the input's bytes. Whether the tiles' reads alone stay under copy bandwidth.
+    Rows: RES["io_reads"]."""
+    if SMOKE:
+        return
+    out = RES.setdefault("io_reads", [])
+    copy = RES["ceilings"].get("copy_tbps", 0)
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        fold = torch.empty((r // 16) * (c // 128), dtype=torch.uint8, device=DEV)
+        cr = torch.empty(multiprocessors(x.device) * 4, dtype=torch.uint8, device=DEV)
+        runs = [("torch x.amax()", lambda: x.amax())]
+        for bm, bk in READ_TILES:
+            runs.append((f"{bm}x{bk} loads", lambda bm=bm, bk=bk: _io_ldg_reads_kernel[(r // bm, c // bk)](
+                x, fold, c, BM=bm, BK=bk, num_warps=8)))
+            runs += [(f"{bm}x{bk} tma {st} stages, {ps} an SM",
+                      lambda bm=bm, bk=bk, st=st, ps=ps: io_tma(x, cr, cr, cr, cr, st, ps, 0, 0, bm, bk))
+                     for st, ps in READ_RUNS]
+        for name, fn in runs:
+            if left() < 15:
+                save()
+                return
+            try:
+                fn()
+                t_bench = ms(fn)
+                t_graph, _ = ms_graphed(fn)
+            except Exception as exc:  # a variant that does not compile or launch is a result
+                RES["errors"].append(f"io_reads {name} {r}x{c}: {exc!r}")
+                continue
+            tbps = 2.0 * r * c / (t_graph * 1e-3) / 1e12
+            row = dict(name=name, shape=f"{r}x{c}", ms=t_bench, ms_graphed=t_graph, tbps_graphed=tbps,
+                       frac_copy_graphed=tbps / copy if copy else None)
+            out.append(row)
+            print(f"io_reads {name:32s} {r}x{c}: {t_bench * 1e3:6.1f} us (graphed {t_graph * 1e3:6.1f}) "
+                  f"{tbps:.2f} TB/s, {row['frac_copy_graphed'] or 0:.0%} of copy")
+        save()
