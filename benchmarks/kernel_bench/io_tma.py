@@ -283,3 +283,58 @@ def io_reads():
             print(f"io_reads {name:32s} {r}x{c}: {t_bench * 1e3:6.1f} us (graphed {t_graph * 1e3:6.1f}) "
                   f"{tbps:.2f} TB/s, {row['frac_copy_graphed'] or 0:.0%} of copy")
         save()
+
+
+@gluon.jit
+def _io_writes_kernel(OUT, ROWS, ROW_BYTES, RUN: gl.constexpr, TILE_ROWS: gl.constexpr, ROWS_FAST: gl.constexpr):
+    """Writes alone, in a packed copy's pattern: a program writes TILE_ROWS output rows from byte
+    a * RUN on, RUN bytes each (8 a lane), launched as rowcol_gluon's grid runs (row tiles
+    fastest): programs side by side write the next run of the same rows (the column copy, R / 2
+    bytes a row: 32-byte runs at the default 64-row tile) or (ROWS_FAST) the same run of the next
+    rows (the row copy, C / 2 bytes a row: 64-byte runs at a 128-column tile)."""
+    L: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (RUN // 8), RUN // 8], [4, 1], [1, 0])
+    a = gl.program_id(1) if ROWS_FAST else gl.program_id(0)
+    b = gl.program_id(0) if ROWS_FAST else gl.program_id(1)
+    row = b * TILE_ROWS + gl.arange(0, TILE_ROWS, layout=gl.SliceLayout(1, L))[:, None]
+    col = a * RUN + gl.arange(0, RUN, layout=gl.SliceLayout(0, L))[None, :]
+    gl.store(OUT + row.to(gl.int64) * ROW_BYTES + col, (row + col).to(gl.uint8))
+
+
+# (output, run bytes): the column copy's codes (C rows of R / 2 bytes) and the row copy's (R rows
+# of C / 2), in runs of 32 .. 256 bytes
+WRITE_RUNS = (("col", 32), ("col", 64), ("col", 128), ("col", 256), ("row", 64), ("row", 128), ("row", 256))
+
+
+@section("io writes: a packed copy's code bytes written alone, by run length")
+def io_writes():
+    """The code bytes of one packed copy (R x C / 2 bytes) written with no reads: torch's
+    contiguous fill, then _io_writes_kernel in the column copy's layout (C rows of R / 2 bytes)
+    and the row copy's (R rows of C / 2), in runs of RUN bytes (WRITE_RUNS; the default tile's
+    runs: 32 bytes a column, 64 a row); CUDA-graph replay, TB/s. Whether short runs, not the
+    byte count, cost the packed calls their writes. Rows: RES["io_writes"]."""
+    if SMOKE:
+        return
+    out = RES.setdefault("io_writes", [])
+    for (r, c) in QSIZES:
+        buf = torch.empty(r * c // 2, dtype=torch.uint8, device=DEV)
+        runs = [("torch fill_ (contiguous)", lambda: buf.fill_(7))]
+        for kind, run in WRITE_RUNS:
+            rows, row_bytes = (c, r // 2) if kind == "col" else (r, c // 2)
+            grid = (rows // 128, row_bytes // run) if kind == "row" else (row_bytes // run, rows // 128)
+            runs.append((f"{kind} copy, {run}-byte runs", lambda rows=rows, row_bytes=row_bytes, run=run, grid=grid,
+                         fast=kind == "row": _io_writes_kernel[grid](buf, rows, row_bytes, RUN=run, TILE_ROWS=128,
+                                                                     ROWS_FAST=fast, num_warps=4)))
+        for name, fn in runs:
+            if left() < 15:
+                save()
+                return
+            try:
+                fn()
+                t, _ = ms_graphed(fn)
+            except Exception as exc:  # a variant that does not compile or launch is a result
+                RES["errors"].append(f"io_writes {name} {r}x{c}: {exc!r}")
+                continue
+            tbps = buf.numel() / (t * 1e-3) / 1e12
+            out.append(dict(name=name, shape=f"{r}x{c}", bytes=buf.numel(), ms_graphed=t, tbps=tbps))
+            print(f"io_writes {name:28s} {r}x{c}: {t * 1e3:6.1f} us {tbps:.2f} TB/s")
+        save()
