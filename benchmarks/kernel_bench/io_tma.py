@@ -338,3 +338,64 @@ def io_writes():
             out.append(dict(name=name, shape=f"{r}x{c}", bytes=buf.numel(), ms_graphed=t, tbps=tbps))
             print(f"io_writes {name:28s} {r}x{c}: {t * 1e3:6.1f} us {tbps:.2f} TB/s")
         save()
+
+
+@gluon.jit
+def _io_mixed_kernel(X, OUT, C, BM: gl.constexpr, BK: gl.constexpr, CONTIGUOUS: gl.constexpr):
+    """Reads and writes together: a program loads its [BM, BK] tile as _io_ldg_reads_kernel does
+    and writes half its bytes (rows 2i ^ rows 2i + 1, as words) into a contiguous slot of its
+    own (CONTIGUOUS) or at the tile's place in an (R / 2, C / 2)-word output (runs of BK / 2
+    words): whether a tile program's stores overlap its loads at the copy's 3 TB/s, and
+    whether their pattern matters."""
+    H: gl.constexpr = BM // 2
+    W: gl.constexpr = BK // 2
+    LR: gl.constexpr = _read_layout(W)
+    XW = X.to(gl.pointer_type(gl.int32), bitcast=True)
+    OW = OUT.to(gl.pointer_type(gl.int32), bitcast=True)
+    ii = gl.arange(0, H, layout=gl.SliceLayout(1, LR))[:, None]
+    ww = gl.arange(0, W, layout=gl.SliceLayout(0, LR))[None, :]
+    i = gl.program_id(0) * H + ii
+    w = gl.program_id(1) * W + ww
+    v = gl.load(XW + (2 * i) * (C // 2) + w) ^ gl.load(XW + (2 * i + 1) * (C // 2) + w)
+    if CONTIGUOUS:
+        slot = (gl.program_id(0) * gl.num_programs(1) + gl.program_id(1)).to(gl.int64) * (H * W)
+        gl.store(OW + slot + ii * W + ww, v)
+    else:
+        gl.store(OW + i.to(gl.int64) * (C // 2) + w, v)
+
+
+@section("io mixed: a tile program's reads and half as many bytes of writes")
+def io_mixed():
+    """_io_mixed_kernel (64 x 128 tiles: x read, half its bytes written) with contiguous slots and
+    at the tiles' places, beside copy (the same read and write bytes: x's half-size copy of a
+    half) as CUDA-graph replays: the time against the reads alone (io_reads) plus the writes
+    alone, and against copy's rate. Rows: RES["io_mixed"]."""
+    if SMOKE:
+        return
+    out = RES.setdefault("io_mixed", [])
+    for (r, c) in QSIZES:
+        x = rand((r, c))
+        half = torch.empty((r // 2, c), dtype=torch.bfloat16, device=DEV)
+        y = torch.empty_like(half)
+        runs = [("copy of half of x", 2 * half.numel() * 2, lambda: y.copy_(half)),
+                ("reads of x alone (64x128 loads)", 2 * r * c, lambda: _io_ldg_reads_kernel[(r // 64, c // 128)](
+                    x, y, c, BM=64, BK=128, num_warps=8)),
+                ("writes alone (fill_ of half x's bytes)", r * c, lambda: y.fill_(1.0))]
+        for contiguous in (True, False):
+            runs.append((f"x read, half its bytes written ({'contiguous slots' if contiguous else 'tile places'})",
+                         3 * r * c, lambda contiguous=contiguous: _io_mixed_kernel[(r // 64, c // 128)](
+                             x, y, c, BM=64, BK=128, CONTIGUOUS=contiguous, num_warps=8)))
+        for name, nbytes, fn in runs:
+            if left() < 15:
+                save()
+                return
+            try:
+                fn()
+                t, _ = ms_graphed(fn)
+            except Exception as exc:  # a variant that does not compile or launch is a result
+                RES["errors"].append(f"io_mixed {name} {r}x{c}: {exc!r}")
+                continue
+            tbps = nbytes / (t * 1e-3) / 1e12
+            out.append(dict(name=name, shape=f"{r}x{c}", bytes=nbytes, ms_graphed=t, tbps=tbps))
+            print(f"io_mixed {name:52s} {r}x{c}: {t * 1e3:6.1f} us {tbps:.2f} TB/s")
+        save()
