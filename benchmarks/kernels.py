@@ -12,7 +12,7 @@ clean and back to back, `graphed` as CUDA-graph replays (a ~100 us call launched
 wait for its own Python).
 
 The sections live in benchmarks/kernel_bench/ (one module per area: ceilings, quant, io_floors,
-strip, against_peers, gemm, gemm_kernels, layer, timing; harness holds the shared state and
+io_tma, strip, against_peers, gemm, gemm_kernels, layer, timing; harness holds the shared state and
 helpers).
 
 Usage (on the GPU machine): python benchmarks/kernels.py --budget 240 [--only SECTION,...]
@@ -45,7 +45,8 @@ STEPS = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors
          sr_stream, strip_iters, strip_tall, strip_gather, gemm_epilogue, decode_layout, layer_profiles, peers,
          peer_quant, gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
          qlinear_graphed, qlinear_bench, qlinear_host, linear_bench, gemm_fp8_idea, quant_configs, timing_methods, graphed,
-         amax_calls, gemm_rs_persistent, gemm_rs_regs, io_floor_tma, io_reads, io_writes, io_mixed]
+         amax_calls, gemm_rs_persistent, gemm_rs_regs, io_floor_tma, io_reads, io_writes,
+         io_mixed]
 
 
 def table():

@@ -1,11 +1,14 @@
-"""Does TMA raise the row+col quantizer's io floor? The packed calls' traffic (both packed
-copies, no arithmetic) moved by a persistent kernel whose tiles reach shared memory by TMA,
-STAGES - 1 tiles ahead of the one being stored, against rowcol_gluon's one-tile programs
-(_io_one_lane_kernel x1: 78% of copy on an H100, session 24, below the 80% target before any
-arithmetic). With TMA the bytes in flight take neither registers nor programs, and both
-layouts read the tile from shared memory (the one-tile kernel loads it into registers and
-moves it through shared memory for the column layout). Same stand-in bytes as
-_io_one_lane_kernel, checked by its model (_io_one_lane_ok)."""
+"""What the device's memory leaves the packed row+col calls (session 27, kernels-h200.md).
+
+io_floor_tma: the packed calls' traffic (both packed copies, no arithmetic) moved by a
+persistent kernel whose tiles reach shared memory by TMA, STAGES - 1 tiles ahead of the one
+being stored, against rowcol_gluon's one-tile programs (_io_one_lane_kernel x1); same stand-in
+bytes, checked by its model (_io_one_lane_ok). Measured on an H100: no gain (99.5 us against
+90.3 at 8192^2 with the kernel's column layout).
+io_reads, io_writes, io_mixed: x read alone by tile and load path, a packed copy's code bytes
+written alone by run length, and a tile program's reads with half as many bytes written. On
+the H100 reads alone run at 2.3 TB/s by any tile, registers or TMA, and barely overlap a
+program's writes: the both-packed calls' ceiling is ~86% of copy, their tiling's floor 78%."""
 
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_glo
 
 # (stages, programs an SM, column layout): 16 KB of shared memory a stage (rows 2i and 2i + 1 of a
 # 64 x 128 tile); column layout 0: 32 word columns a warp, 1: rowcol_gluon's (4 column blocks x 8
-# word columns a warp: 32 contiguous code bytes per 4 lanes, 4-way bank conflicts reading them)
+# word columns a warp: 32 contiguous code bytes per 4 lanes, 4-way bank conflicts reading them;
+# layout 0 writes each 32-byte sector as 8-byte pieces from four warps: 2x slower, session 27)
 TMA_RUNS = ((2, 1, 0), (3, 1, 0), (4, 1, 0), (6, 1, 0), (8, 1, 0), (2, 2, 0), (3, 2, 0), (4, 2, 0), (3, 3, 0),
             (4, 1, 1), (3, 2, 1), (4, 2, 1))
 # (stages, programs an SM, stores): the reads alone (0) and with the row copy's bytes (1)

@@ -44,8 +44,8 @@ def test_tma_floor_compiles_as_designed(stages, col_layout):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     with tempfile.TemporaryDirectory() as cache:
         env["TRITON_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, "-c", _CHILD, str(stages), str(BENCH), str(col_layout)], capture_output=True, text=True,
-                             env=env, timeout=600)
+        out = subprocess.run([sys.executable, "-c", _CHILD, str(stages), str(BENCH), str(col_layout)],
+                             capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     # STAGES - 1 tiles issued ahead, then one a loop trip: two loads (rows 2i, rows 2i + 1) each
