@@ -182,7 +182,8 @@ def io_floor_tma():
     default's tiling) against _io_tma_kernel at each (stages, programs an SM) of TMA_RUNS,
     then its reads alone and with the row copy only (TMA_PART_RUNS, each fraction of copy over
     its own bytes), each by do_bench and as a CUDA-graph replay, --repeat samples in
-    alternation; every both-copy variant's bytes checked (_io_one_lane_ok). Rows: RES["io_tma"]."""
+    alternation; every both-copy variant's bytes checked (_io_one_lane_ok); --variants: the runs
+    whose names start so. Rows: RES["io_tma"]."""
     if SMOKE:
         return
     out = RES.setdefault("io_tma", [])
@@ -199,11 +200,17 @@ def io_floor_tma():
         runs = [("one lane x1", both, lambda: _io_one_lane_kernel[grid](
             x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
             num_warps=8))]
+        codes_only = qbytes(r, c, 16, 2) - 2 * r * c // 16  # no scale bytes
+        runs.append(("one lane x1, codes only (no scale bytes)", codes_only, lambda: _io_one_lane_kernel[grid](
+            x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
+            SCALES_ON=False, num_warps=8)))
         runs += [(f"tma {st} stages, {ps} an SM{', kernel LC' if lc else ''}", both,
                   lambda st=st, ps=ps, lc=lc: io_tma(x, cr, sr, cc, sc, st, ps, lc)) for st, ps, lc in TMA_RUNS]
         runs += [(f"tma {st} stages, {ps} an SM, {('reads only', 'row copy only')[so]}",
                   (2 * r * c, qbytes(r, c, 16, 1))[so],
                   lambda st=st, ps=ps, so=so: io_tma(x, cr, sr, cc, sc, st, ps, 0, so)) for st, ps, so in TMA_PART_RUNS]
+        if ARGS.variants:  # --variants: the runs whose names start so
+            runs = [run for run in runs if run[0].startswith(tuple(ARGS.variants.split(",")))]
         for sample in range(max(1, ARGS.repeat)):
             for name, nbytes, fn in runs:
                 if left() < 15:
