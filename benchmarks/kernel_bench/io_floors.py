@@ -179,7 +179,7 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
 @gluon.jit
 def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
                         NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr, STAGES: gl.constexpr,
-                        STRIDED: gl.constexpr, SCALES_ON: gl.constexpr = True):
+                        STRIDED: gl.constexpr, SCALES_ON: gl.constexpr = 1):
     """The floor of rowcol_gluon's packed and X calls in that kernel's own one-lane layouts and
     stores (blocks of 16: a thread holds a row block's 8 words, then a column block's 8 row
     pairs): code bytes are stand-in nibbles, x_hat the input words, and a scale byte the low
@@ -187,8 +187,9 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
     kernel's block amax is (where _io_rowcol_gluon_kernel loads stand-ins: 79% more L2 reads,
     session 23). ITERS row tiles a program in a loop (rowcol_gluon.Config.loop), or every
     num_programs-th (STRIDED: Config.per_sm), their words loaded as each starts or, STAGES >
-    0, STAGES - 1 tiles ahead by cp.async (Config.stages). SCALES_ON False: no scale bytes (what
-    their short writes cost, io_floor_tma)."""
+    0, STAGES - 1 tiles ahead by cp.async (Config.stages). SCALES_ON 0: no scale bytes; 2: the
+    same bytes in a contiguous slot a tile (XHAT_R as scratch): what their short writes cost
+    (io_floor_tma)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     LR: gl.constexpr = _row_layout(W, 8, NW, True)
@@ -219,16 +220,27 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
                 gl.store(XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True) + row * (C // 2) + w, v)
             else:
                 gl.store(CODES_R + row * (C // 2) + w, _nibble_byte(v, v >> 16, 12))
-                if SCALES_ON:
+                if SCALES_ON == 1:
                     gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // 16) + g2, gl.max(v, axis=2).to(gl.uint8))
+                elif SCALES_ON == 2:  # the same bytes in a contiguous slot a tile (XHAT_R as scratch)
+                    slot = XHAT_R.to(gl.pointer_type(gl.uint8), bitcast=True) + (
+                        (r0 // H) * (C // BK) + pid_c).to(gl.int64) * (2 * H * (W // 4))
+                    gl.store(slot + half * H * (W // 8) + i2 * (W // 8) + (g2 - pid_c * (W // 8)),
+                             gl.max(v, axis=2).to(gl.uint8))
         ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // 8, 8, W]), LC)
         oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // 8, 8, W]), LC)
         gl.store(CODES_C + (2 * wc) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 12))
         gl.store(CODES_C + (2 * wc + 1) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 28))
-        if SCALES_ON:
-            m = gl.maximum(gl.max(ec, axis=1), gl.max(oc, axis=1))
+        m = gl.maximum(gl.max(ec, axis=1), gl.max(oc, axis=1))
+        if SCALES_ON == 1:
             gl.store(SCALES_C + (2 * wj) * (R // 16) + r0 // 8 + j, m.to(gl.uint8))
             gl.store(SCALES_C + (2 * wj + 1) * (R // 16) + r0 // 8 + j, (m >> 16).to(gl.uint8))
+        elif SCALES_ON == 2:
+            slot = XHAT_R.to(gl.pointer_type(gl.uint8), bitcast=True) + (
+                (r0 // H) * (C // BK) + pid_c).to(gl.int64) * (2 * H * (W // 4)) + 2 * H * (W // 8)
+            col = j * (2 * W) + 2 * (wj - pid_c * W)
+            gl.store(slot + col, m.to(gl.uint8))
+            gl.store(slot + col + 1, (m >> 16).to(gl.uint8))
     if STAGES > 0:
         async_copy.wait_group(0)
 
