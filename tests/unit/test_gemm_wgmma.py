@@ -3,15 +3,12 @@ this Triton (Gluon's API moves between releases; the device runs Triton 3.6), it
 asynchronous wgmma with one step left in flight, nothing spills, and gemm routes to it only
 where it applies. Its results are checked on the GPU (tests/gpu/test_kernels_gpu.py).
 
-The compiles run in a child process with a fresh Triton cache: in this one the CPU tiers have
-run kernels under TRITON_INTERPRET=1, whose patches of triton.language break a later real
-compile, and a warm cache would hide that (it hands back the binary without compiling)."""
+The compiles run in a child process with a fresh Triton cache (testing.compiled_in_child): in
+this one the CPU tiers have run kernels under TRITON_INTERPRET=1, whose patches of
+triton.language break a later real compile, and a warm cache would hide that (it hands back
+the binary without compiling)."""
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
 import types
 
 import pytest
@@ -26,8 +23,7 @@ gemm_wgmma = pytest.importorskip("fourcast.kernels.gemm_wgmma", reason="this Tri
 F = testing.FORMATS
 
 _CHILD = r"""
-import json, os, re, subprocess, sys, tempfile
-import triton
+import json, re, sys
 from fourcast.kernels import gemm as gk, gemm_wgmma as gw, testing
 from fourcast.kernels.utils import parse_fmt
 
@@ -40,17 +36,8 @@ elif parts in ("rs", "rs2", "rs2p"):  # rs2: code words two steps ahead (launch_
     k = gw.compile_rs_sm90(a, b, plan, tuple(cfg), ahead=1 if parts == "rs" else 2, persistent=parts == "rs2p")
 else:
     k = gw.compile_sm90(a, b, plan, tuple(cfg), parts=parts)
-bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-
-def tool(name, *args):
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        return subprocess.run([os.path.join(bin_dir, name), *args, f.name], capture_output=True, text=True,
-                              check=True).stdout
-
 ptx = k.asm["ptx"]
-sass = tool("nvdisasm", "-c").splitlines()
+sass = testing.cuda_tool(k, "nvdisasm", "-c").splitlines()
 
 
 def mma_loop_ops():
@@ -77,7 +64,7 @@ hgmma = [ln for ln in sass if "HGMMA" in ln]
 print(json.dumps(dict(
     wgmma="wgmma.mma_async" in ptx, waits=re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx),
     st_shared="st.shared" in ptx, prmt="prmt" in ptx, shared=k.metadata.shared,
-    local=sum(int(re.search(m + r":(\d+)", tool("cuobjdump", "-res-usage")).group(1)) for m in ("LOCAL", "STACK")),
+    local=testing.spilled_bytes(k),
     hgmma=len(hgmma), hgmma_waiting=sum("gsb0" in ln for ln in hgmma),
     setmaxnreg=re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx),
     mbarrier_waits=len(re.findall(r"mbarrier\.try_wait", ptx)),
@@ -89,13 +76,7 @@ print(json.dumps(dict(
 
 
 def _compiled(pair, cfg, parts=3) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    with tempfile.TemporaryDirectory() as cache:
-        env["TRITON_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([*pair, list(cfg), parts])],
-                             capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return testing.compiled_in_child(_CHILD, json.dumps([*pair, list(cfg), parts]))
 
 
 @pytest.mark.parametrize("pair,cfg", [(("nvfp4", "nvfp4-2d"), (128, 128, 128, 8, 8, 3)),

@@ -4,14 +4,10 @@ says: 16-byte loads, the transpose through shared memory, code bytes 8 a store w
 a block of 16 (4 a store with two lanes a block of 32), 16-byte x_hat stores, no spills.
 Its bytes are checked against the reference on the GPU (tests/gpu/test_fused_gpu.py).
 
-The compiles run in a child process with a fresh Triton cache (as test_gemm_wgmma.py's: the
+The compiles run in a child process with a fresh Triton cache (testing.compiled_in_child: the
 interpreter's patches of triton.language break a later real compile in this process)."""
 
 import json
-import os
-import subprocess
-import sys
-import tempfile
 
 import pytest
 import torch
@@ -24,26 +20,19 @@ rg = pytest.importorskip("fourcast.kernels.rowcol_gluon", reason="this Triton ha
 F = testing.FORMATS
 
 _CHILD = r"""
-import json, os, re, subprocess, sys, tempfile
-import triton
+import json, re, sys
 from fourcast.kernels import quantize as qk, rowcol_gluon as rg, testing
 from fourcast.kernels.utils import parse_fmt
 
 fmt, cfg, fuse, xhat, extra = json.loads(sys.argv[1])
 k = rg.compile_sm90(qk._constexprs(parse_fmt(testing.FORMATS[fmt]), "rtne"), rg.Config(*cfg), fuse, xhat, **extra)
-bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-    f.write(k.asm["cubin"])
-    f.flush()
-    res = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", f.name], capture_output=True, text=True,
-                         check=True).stdout
-    sass = subprocess.run([os.path.join(bin_dir, "nvdisasm"), "-c", f.name], capture_output=True, text=True,
-                          check=True).stdout
+res = testing.cuda_tool(k, "cuobjdump", "-res-usage")
+sass = testing.cuda_tool(k, "nvdisasm", "-c")
 ops = [l.split("*/", 1)[1].strip() for l in sass.splitlines() if re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+\S", l)]
 ops = [re.sub(r"^@!?U?P\w+\s+", "", o) for o in ops]  # predicates off
 ptx = k.asm["ptx"]
-spilled = sum(int(re.search(rf"{m}:(\d+)", res).group(1)) for m in ("LOCAL", "STACK"))  # spills: local or stack
-print(json.dumps(dict(local=spilled, regs=int(re.search(r"REG:(\d+)", res).group(1)), shared=k.metadata.shared,
+print(json.dumps(dict(local=testing.spilled_bytes(k), regs=int(re.search(r"REG:(\d+)", res).group(1)),
+                      shared=k.metadata.shared,
                       sass=len(ops), viaddmnmx=sum(o.startswith("VIADDMNMX") for o in ops),
                       imad_hi=sum(o.startswith("IMAD.HI") for o in ops),
                       conversions=sum(o.startswith(("F2I", "I2F")) for o in ops),
@@ -65,13 +54,7 @@ print(json.dumps(dict(local=spilled, regs=int(re.search(r"REG:(\d+)", res).group
 
 
 def _compiled(fmt, cfg, fuse=False, xhat=False, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    with tempfile.TemporaryDirectory() as cache:
-        env["TRITON_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, "-c", _CHILD, json.dumps([fmt, list(cfg), fuse, xhat, extra])],
-                             capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return testing.compiled_in_child(_CHILD, json.dumps([fmt, list(cfg), fuse, xhat, extra]))
 
 
 @pytest.mark.parametrize("fmt,cfg,fuse", [
@@ -127,21 +110,13 @@ def test_amax_pass_compiles(rn_c, f32, mode):
     either; only the program's final reductions cross lanes). RHT_MODE 1 (a bf16 input's
     column RHT in f32): no f64 at all, a third atomic (the bound); 2 (the fallback): the
     column amax's atomic alone, in f64."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import json, os, re, subprocess, sys, tempfile, triton\n"
-            "from fourcast.kernels import rowcol_gluon as rg\n"
+    code = ("import json\n"
+            "from fourcast.kernels import rowcol_gluon as rg, testing\n"
             f"k = rg.compile_amax_sm90({rn_c}, None, {f32}, {mode})\n"
-            "b = os.path.join(os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin', 'cuobjdump')\n"
-            "f = tempfile.NamedTemporaryFile(suffix='.cubin'); f.write(k.asm['cubin']); f.flush()\n"
-            "res = subprocess.run([b, '-res-usage', f.name], capture_output=True, text=True, check=True).stdout\n"
-            "print(json.dumps(dict(local=sum(int(re.search(m + r':(\\d+)', res).group(1)) for m in ('LOCAL', 'STACK')),\n"
+            "print(json.dumps(dict(local=testing.spilled_bytes(k),\n"
             "                      atom=k.asm['ptx'].count('atom.global'), f64=k.asm['ptx'].count('add.rn.f64')\n"
             "                      + k.asm['ptx'].count('add.f64') + k.asm['ptx'].count('fma.rn.f64'))))\n")
-    with tempfile.TemporaryDirectory() as cache:
-        env["TRITON_CACHE_DIR"] = cache
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    k = json.loads(out.stdout.strip().splitlines()[-1])
+    k = testing.compiled_in_child(code)
     # f32 with the RHT sits at 254-255 registers: Triton 3.6 (the device's) spills nothing,
     # 3.9's ptxas one register (a 4-byte store and load, 8 bytes of stack)
     assert k["local"] <= (8 if f32 and rn_c == 16 else 0) and k["atom"] == {0: 2, 1: 3, 2: 1}[mode]
@@ -456,7 +431,8 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
         assert o["amax"][0].data_ptr() == o["amax"][1].data_ptr()
     elif consts["FUSE_AMAX"]:  # an RHT: the column copy's at AMAX_BITS[1]
         assert arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr() + 4 == o["amax"][1].data_ptr()
-    assert consts["RN_C"] == rn_c and consts["NORM_C"] == (0.25 if rn_c else 1.0) and consts["COL_F32"] == (rn_c == 16 and rg.COL_RHT_F32)
+    assert consts["RN_C"] == rn_c and consts["NORM_C"] == (0.25 if rn_c else 1.0)
+    assert consts["COL_F32"] == (rn_c == 16 and rg.COL_RHT_F32)
     assert consts["RN_R"] == rn_r and consts["NORM_R"] == qk.rht_norm(rn_r)  # the core's f64 1 / sqrt(n)
     assert arg["SIGNS_R"].data_ptr() == signs_r.data_ptr() if rn_r else arg["SIGNS_R"].numel() <= 1
     assert arg["SIGNS_C"].data_ptr() == signs.data_ptr() if rn_c else arg["SIGNS_C"].numel() <= 1

@@ -1,6 +1,8 @@
 """Inputs and comparisons shared by tests/interpret, tests/gpu and benchmarks/kernels.py:
 named formats, random / heavy-tailed / adversarial inputs, bit-exact Packed comparison
-and the GEMM error bound.
+and the GEMM error bound; and for the CPU tier's offline sm_90a compiles, a child process
+that compiles with a fresh Triton cache, Triton's bundled CUDA tools on a kernel's cubin and
+its spilled bytes.
 
 Example:
     >>> from fourcast.kernels import testing
@@ -10,6 +12,13 @@ Example:
 """
 
 from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
 
 import torch
 
@@ -190,3 +199,36 @@ def gemm_bound(a_hat: torch.Tensor, b_hat: torch.Tensor, out_dtype, fp8_tc: bool
     if out_dtype == torch.bfloat16:
         bound = bound + 2.0**-8 * c64.abs() * (1 + 2 * (k + 2) * 2.0**-24)
     return c64, bound + 2.0**-149
+
+
+def compiled_in_child(code: str, *args: str) -> dict:
+    """The JSON line a script printed last, run as `python -c code *args` with a fresh Triton
+    cache and no TRITON_INTERPRET: kernels compiled for a GPU without one (the interpreter's
+    patches of triton.language break a later real compile in the process that set them).
+    AssertionError with the child's stderr if it fails."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    with tempfile.TemporaryDirectory() as cache:
+        env["TRITON_CACHE_DIR"] = cache
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                             timeout=600)
+    if out.returncode != 0:
+        raise AssertionError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cuda_tool(kernel, tool: str, *args: str) -> str:
+    """The output of one of Triton's bundled CUDA tools (nvdisasm, cuobjdump) on a compiled
+    kernel's cubin."""
+    import triton
+
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([path, *args, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def spilled_bytes(kernel) -> int:
+    """A compiled kernel's local and stack bytes a thread (cuobjdump -res-usage): its spills."""
+    res = cuda_tool(kernel, "cuobjdump", "-res-usage")
+    return sum(int(re.search(rf"{m}:(\d+)", res).group(1)) for m in ("LOCAL", "STACK"))
