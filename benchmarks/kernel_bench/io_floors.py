@@ -18,7 +18,7 @@ from fourcast.kernels import rowcol_gluon as rg
 from fourcast.kernels.gemm import multiprocessors
 from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _row_tiles, _tile_words, _words_ring
 
-from kernel_bench.harness import DEV, QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
+from kernel_bench.harness import QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
 
 
 @triton.jit
@@ -282,6 +282,15 @@ IO_TILES = ((64, 64, 8), (64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8),
             (128, 256, 8), (64, 128, 4), (128, 128, 4))
 
 
+def floor_outputs(x):
+    """The io floors' outputs for x (R, C): row codes and scale bytes, column codes and scale
+    bytes (blocks of 16), and the decoded calls' two x_hat in x's orientation."""
+    r, c = x.shape
+    u8 = dict(dtype=torch.uint8, device=x.device)
+    return (torch.empty((r, c // 2), **u8), torch.empty((r, c // 16), **u8), torch.empty((c, r // 2), **u8),
+            torch.empty((c, r // 16), **u8), torch.empty_like(x), torch.empty_like(x))
+
+
 @section("io floors: the quantizers' traffic without arithmetic, per tile")
 def io_floors():
     """What fraction of copy bandwidth a quantizer's memory traffic reaches at each tile
@@ -293,11 +302,7 @@ def io_floors():
         return
     for (r, c) in QSIZES:
         x = rand((r, c))
-        cr = torch.empty((r, c // 2), dtype=torch.uint8, device=DEV)
-        sr = torch.empty((r, c // 16), dtype=torch.uint8, device=DEV)
-        cc = torch.empty((c, r // 2), dtype=torch.uint8, device=DEV)
-        sc = torch.empty((c, r // 16), dtype=torch.uint8, device=DEV)
-        xr, xc = torch.empty_like(x), torch.empty_like(x)  # the decoded calls' x_hat, in x's orientation
+        cr, sr, cc, sc, xr, xc = floor_outputs(x)
         for (bm, bk, w) in IO_TILES:
             grid = (r // bm, c // bk)
             runs = (("row", 1, lambda: _io_floor_kernel[grid](x, cr, sr, r, c, BM=bm, BK=bk, num_warps=w)),

@@ -24,7 +24,7 @@ from fourcast.kernels.gemm import multiprocessors
 from fourcast.kernels.gemm_wgmma import _cta_barrier
 
 from kernel_bench.harness import ARGS, DEV, QSIZES, RES, SMOKE, left, ms, ms_graphed, qbytes, rand, save, section
-from kernel_bench.io_floors import _io_one_lane_kernel, _io_one_lane_ok, _nibble_byte
+from kernel_bench.io_floors import _io_one_lane_kernel, _io_one_lane_ok, _nibble_byte, floor_outputs
 
 # Triton 3.6 names the TMA load async_copy_global_to_shared, later releases async_load (the
 # old name then raises)
@@ -95,7 +95,8 @@ def _io_tma_kernel(desc, CODES_R, SCALES_R, CODES_C, SCALES_C, R, C, BM: gl.cons
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     # rows: 8 words (a block of 16) a thread, a row's 8 blocks on 8 lanes; columns: 8 row pairs
-    # of one word column a thread, 32 word columns a warp (one conflict-free word a lane a load)
+    # of one word column a thread, 32 word columns a warp (COL_LAYOUT 0) or rowcol_gluon's 4
+    # column blocks x 8 word columns (1; TMA_RUNS says what each costs)
     LR: gl.constexpr = _read_layout(W)
     if COL_LAYOUT == 0:
         LC: gl.constexpr = gl.BlockedLayout([8, 1], [1, 32], [4, 2], [0, 1])
@@ -191,11 +192,7 @@ def io_floor_tma():
     copy = RES["ceilings"].get("copy_tbps", 0)
     for (r, c) in QSIZES:
         x = rand((r, c))
-        cr = torch.empty((r, c // 2), dtype=torch.uint8, device=DEV)
-        sr = torch.empty((r, c // 16), dtype=torch.uint8, device=DEV)
-        cc = torch.empty((c, r // 2), dtype=torch.uint8, device=DEV)
-        sc = torch.empty((c, r // 16), dtype=torch.uint8, device=DEV)
-        xr = torch.empty_like(x)
+        cr, sr, cc, sc, xr, _ = floor_outputs(x)
         grid = rg.grid(r, c, rg.Config(64, 128, 8, 1, None, True), multiprocessors(x.device))
         both = qbytes(r, c, 16, 2)
         runs = [("one lane x1", both, lambda: _io_one_lane_kernel[grid](
@@ -258,6 +255,32 @@ def compile_sm90(stages: int = 3, col_layout: int = 0):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=8))
 
 
+def _time_runs(section_name: str, out: list, shape, runs, do_bench: bool = False) -> bool:
+    """Time each (name, bytes, fn) of runs as a CUDA-graph replay (and by do_bench), a row in out
+    with its TB/s and fraction of copy; a run that fails is recorded as an error. False once the
+    budget is spent (saved)."""
+    copy = RES["ceilings"].get("copy_tbps", 0)
+    label = "x".join(map(str, shape))
+    for name, nbytes, fn in runs:
+        if left() < 15:
+            save()
+            return False
+        try:
+            fn()
+            t_graph, _ = ms_graphed(fn)
+            t_bench = ms(fn) if do_bench else None
+        except Exception as exc:  # a variant that does not compile or launch is a result
+            RES["errors"].append(f"{section_name} {name} {label}: {exc!r}")
+            continue
+        tbps = nbytes / (t_graph * 1e-3) / 1e12
+        out.append(dict(name=name, shape=label, bytes=nbytes, ms_graphed=t_graph, ms=t_bench, tbps=tbps,
+                        frac_copy_graphed=tbps / copy if copy else None))
+        print(f"{section_name} {name:52s} {label}: {t_graph * 1e3:6.1f} us (graphed) {tbps:.2f} TB/s, "
+              f"{tbps / copy if copy else 0:.0%} of copy")
+    save()
+    return True
+
+
 @section("io reads: the input's reads alone, by tile, into registers or by TMA")
 def io_reads():
     """x read once and nothing written (a byte a program): torch's x.amax() (a reduction that
@@ -269,36 +292,19 @@ def io_reads():
     if SMOKE:
         return
     out = RES.setdefault("io_reads", [])
-    copy = RES["ceilings"].get("copy_tbps", 0)
     for (r, c) in QSIZES:
         x = rand((r, c))
         fold = torch.empty((r // 16) * (c // 128), dtype=torch.uint8, device=DEV)
         cr = torch.empty(multiprocessors(x.device) * 4, dtype=torch.uint8, device=DEV)
-        runs = [("torch x.amax()", lambda: x.amax())]
+        runs = [("torch x.amax()", 2 * r * c, lambda: x.amax())]
         for bm, bk in READ_TILES:
-            runs.append((f"{bm}x{bk} loads", lambda bm=bm, bk=bk: _io_ldg_reads_kernel[(r // bm, c // bk)](
+            runs.append((f"{bm}x{bk} loads", 2 * r * c, lambda bm=bm, bk=bk: _io_ldg_reads_kernel[(r // bm, c // bk)](
                 x, fold, c, BM=bm, BK=bk, num_warps=8)))
-            runs += [(f"{bm}x{bk} tma {st} stages, {ps} an SM",
+            runs += [(f"{bm}x{bk} tma {st} stages, {ps} an SM", 2 * r * c,
                       lambda bm=bm, bk=bk, st=st, ps=ps: io_tma(x, cr, cr, cr, cr, st, ps, 0, 0, bm, bk))
                      for st, ps in READ_RUNS]
-        for name, fn in runs:
-            if left() < 15:
-                save()
-                return
-            try:
-                fn()
-                t_bench = ms(fn)
-                t_graph, _ = ms_graphed(fn)
-            except Exception as exc:  # a variant that does not compile or launch is a result
-                RES["errors"].append(f"io_reads {name} {r}x{c}: {exc!r}")
-                continue
-            tbps = 2.0 * r * c / (t_graph * 1e-3) / 1e12
-            row = dict(name=name, shape=f"{r}x{c}", ms=t_bench, ms_graphed=t_graph, tbps_graphed=tbps,
-                       frac_copy_graphed=tbps / copy if copy else None)
-            out.append(row)
-            print(f"io_reads {name:32s} {r}x{c}: {t_bench * 1e3:6.1f} us (graphed {t_graph * 1e3:6.1f}) "
-                  f"{tbps:.2f} TB/s, {row['frac_copy_graphed'] or 0:.0%} of copy")
-        save()
+        if not _time_runs("io_reads", out, (r, c), runs, do_bench=True):
+            return
 
 
 @gluon.jit
@@ -333,27 +339,16 @@ def io_writes():
     out = RES.setdefault("io_writes", [])
     for (r, c) in QSIZES:
         buf = torch.empty(r * c // 2, dtype=torch.uint8, device=DEV)
-        runs = [("torch fill_ (contiguous)", lambda: buf.fill_(7))]
+        runs = [("torch fill_ (contiguous)", buf.numel(), lambda: buf.fill_(7))]
         for kind, run in WRITE_RUNS:
             rows, row_bytes = (c, r // 2) if kind == "col" else (r, c // 2)
             grid = (rows // 128, row_bytes // run) if kind == "row" else (row_bytes // run, rows // 128)
-            runs.append((f"{kind} copy, {run}-byte runs", lambda rows=rows, row_bytes=row_bytes, run=run, grid=grid,
-                         fast=kind == "row": _io_writes_kernel[grid](buf, rows, row_bytes, RUN=run, TILE_ROWS=128,
-                                                                     ROWS_FAST=fast, num_warps=4)))
-        for name, fn in runs:
-            if left() < 15:
-                save()
-                return
-            try:
-                fn()
-                t, _ = ms_graphed(fn)
-            except Exception as exc:  # a variant that does not compile or launch is a result
-                RES["errors"].append(f"io_writes {name} {r}x{c}: {exc!r}")
-                continue
-            tbps = buf.numel() / (t * 1e-3) / 1e12
-            out.append(dict(name=name, shape=f"{r}x{c}", bytes=buf.numel(), ms_graphed=t, tbps=tbps))
-            print(f"io_writes {name:28s} {r}x{c}: {t * 1e3:6.1f} us {tbps:.2f} TB/s")
-        save()
+            runs.append((f"{kind} copy, {run}-byte runs", buf.numel(),
+                         lambda rows=rows, row_bytes=row_bytes, run=run, grid=grid, fast=kind == "row":
+                         _io_writes_kernel[grid](buf, rows, row_bytes, RUN=run, TILE_ROWS=128, ROWS_FAST=fast,
+                                                 num_warps=4)))
+        if not _time_runs("io_writes", out, (r, c), runs):
+            return
 
 
 @gluon.jit
@@ -401,17 +396,5 @@ def io_mixed():
             runs.append((f"x read, half its bytes written ({'contiguous slots' if contiguous else 'tile places'})",
                          3 * r * c, lambda contiguous=contiguous: _io_mixed_kernel[(r // 64, c // 128)](
                              x, y, c, BM=64, BK=128, CONTIGUOUS=contiguous, num_warps=8)))
-        for name, nbytes, fn in runs:
-            if left() < 15:
-                save()
-                return
-            try:
-                fn()
-                t, _ = ms_graphed(fn)
-            except Exception as exc:  # a variant that does not compile or launch is a result
-                RES["errors"].append(f"io_mixed {name} {r}x{c}: {exc!r}")
-                continue
-            tbps = nbytes / (t * 1e-3) / 1e12
-            out.append(dict(name=name, shape=f"{r}x{c}", bytes=nbytes, ms_graphed=t, tbps=tbps))
-            print(f"io_mixed {name:52s} {r}x{c}: {t * 1e3:6.1f} us {tbps:.2f} TB/s")
-        save()
+        if not _time_runs("io_mixed", out, (r, c), runs):
+            return
