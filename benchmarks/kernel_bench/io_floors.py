@@ -16,7 +16,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from fourcast.kernels import rowcol_gluon as rg
 from fourcast.kernels.gemm import multiprocessors
-from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _row_tiles, _tile_words, _words_ring
+from fourcast.kernels.rowcol_gluon import _col_layout, _program_tile, _row_layout, _row_tiles, _tile_words, _words_ring
 
 from kernel_bench.harness import QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
 
@@ -179,7 +179,7 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
 @gluon.jit
 def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
                         NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr, STAGES: gl.constexpr,
-                        STRIDED: gl.constexpr, SCALES_ON: gl.constexpr = 1):
+                        STRIDED: gl.constexpr, SCALES_ON: gl.constexpr = 1, GROUP: gl.constexpr = 0):
     """The floor of rowcol_gluon's packed and X calls in that kernel's own one-lane layouts and
     stores (blocks of 16: a thread holds a row block's 8 words, then a column block's 8 row
     pairs): code bytes are stand-in nibbles, x_hat the input words, and a scale byte the low
@@ -189,13 +189,13 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
     num_programs-th (STRIDED: Config.per_sm), their words loaded as each starts or, STAGES >
     0, STAGES - 1 tiles ahead by cp.async (Config.stages). SCALES_ON 0: no scale bytes; 2: the
     same bytes in a contiguous slot a tile (XHAT_R as scratch): what their short writes cost
-    (io_floor_tma)."""
+    (io_floor_tma); 3: the row copy's only, 4: the column copy's only. GROUP: the launch order
+    (rowcol_gluon.Config.group; not with STRIDED)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     LR: gl.constexpr = _row_layout(W, 8, NW, True)
     LC: gl.constexpr = _col_layout(H, W, 8, NW, True)
-    pid_r = gl.program_id(0)
-    pid_c = gl.program_id(1)
+    pid_r, pid_c = _program_tile(R // (BM * ITERS), C // BK, GROUP)
     i = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None, None]
     g = gl.arange(0, W // 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, LR)))[None, :, None]
     k = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, LR)))[None, None, :]
@@ -220,7 +220,7 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
                 gl.store(XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True) + row * (C // 2) + w, v)
             else:
                 gl.store(CODES_R + row * (C // 2) + w, _nibble_byte(v, v >> 16, 12))
-                if SCALES_ON == 1:
+                if SCALES_ON == 1 or SCALES_ON == 3:
                     gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // 16) + g2, gl.max(v, axis=2).to(gl.uint8))
                 elif SCALES_ON == 2:  # the same bytes in a contiguous slot a tile (XHAT_R as scratch)
                     slot = XHAT_R.to(gl.pointer_type(gl.uint8), bitcast=True) + (
@@ -232,7 +232,7 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
         gl.store(CODES_C + (2 * wc) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 12))
         gl.store(CODES_C + (2 * wc + 1) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 28))
         m = gl.maximum(gl.max(ec, axis=1), gl.max(oc, axis=1))
-        if SCALES_ON == 1:
+        if SCALES_ON == 1 or SCALES_ON == 4:
             gl.store(SCALES_C + (2 * wj) * (R // 16) + r0 // 8 + j, m.to(gl.uint8))
             gl.store(SCALES_C + (2 * wj + 1) * (R // 16) + r0 // 8 + j, (m >> 16).to(gl.uint8))
         elif SCALES_ON == 2:

@@ -42,6 +42,9 @@ TMA_PART_RUNS = ((4, 1, 0), (4, 1, 1), (3, 2, 0), (3, 2, 1), (8, 1, 0))
 # 2i + 1 two boxes): (stages, programs an SM) for TMA; the same tiles loaded into registers
 READ_TILES = ((64, 128), (32, 256), (16, 512), (128, 128), (64, 256))
 READ_RUNS = ((4, 1), (3, 2))
+# launch groups of column tiles (rowcol_gluon.Config.group): 4 x 128 columns make a row's 32-byte
+# sector of scale bytes
+ORDER_GROUPS = (1, 2, 4, 8)
 
 
 @gluon.jit
@@ -205,6 +208,7 @@ def io_floor_tma():
         runs.append(("one lane x1, scale bytes contiguous a tile", both, lambda: _io_one_lane_kernel[grid](
             x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
             SCALES_ON=2, num_warps=8)))
+        runs += _order_runs(x, cr, sr, xr, cc, sc, codes_only)
         runs += [(f"tma {st} stages, {ps} an SM{', kernel LC' if lc else ''}", both,
                   lambda st=st, ps=ps, lc=lc: io_tma(x, cr, sr, cc, sc, st, ps, lc)) for st, ps, lc in TMA_RUNS]
         runs += [(f"tma {st} stages, {ps} an SM, {('reads only', 'row copy only')[so]}",
@@ -235,6 +239,25 @@ def io_floor_tma():
                 print(f"io_tma {name:26s} {r}x{c}: {t_bench * 1e3:6.1f} us (graphed {t_graph * 1e3:6.1f}) "
                       f"{row['frac_copy'] or 0:.0%} / {row['frac_copy_graphed'] or 0:.0%} of copy, bytes ok {ok}")
         save()
+
+
+def _order_runs(x, cr, sr, xr, cc, sc, codes_only: int) -> list:
+    """The one-tile floor with each copy's scale bytes alone (what each costs), and at each launch
+    order of ORDER_GROUPS (rowcol_gluon.Config.group): whether the row scale bytes' 8-byte
+    pieces cost less when the 4 programs that share their 32-byte sectors run together."""
+    r, c = x.shape
+    runs = []
+    for name, scales_on in (("row scale bytes only", 3), ("column scale bytes only", 4)):
+        runs.append((f"one lane x1, {name}", codes_only + r * c // 16, lambda so=scales_on: _io_one_lane_kernel[
+            rg.grid(r, c, rg.Config(64, 128, 8, 1))](x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8,
+                                                     XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
+                                                     SCALES_ON=so, num_warps=8)))
+    for g in ORDER_GROUPS:
+        grid = rg.grid(r, c, rg.Config(64, 128, 8, 1, group=g))
+        runs.append((f"one lane x1, group {g}", qbytes(r, c, 16, 2), lambda g=g, grid=grid: _io_one_lane_kernel[grid](
+            x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
+            GROUP=g, num_warps=8)))
+    return runs
 
 
 def compile_sm90(stages: int = 3, col_layout: int = 0):

@@ -1097,9 +1097,14 @@ def _gluon_config(R: int, rounding: str, rn_c: int, block: int, rounding_c: str,
                   packed_bf16: bool) -> tuple:
     """rowcol_gluon's (BM, BK, warps, row tiles a program[, maxnreg]) for a call of R rows
     (packed_bf16: a bf16 input, both copies packed): its config_for, or
-    CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
-    return CONFIG_OVERRIDE.get("rowcol_gluon") or _rowcol_gluon().config_for(R, rounding, rn_c, block, rounding_c,
-                                                                              rn_r, packed_bf16)
+    CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks); CONFIG_OVERRIDE["rowcol_group"] (benchmarks)
+    sets its launch order (Config.group)."""
+    rg = _rowcol_gluon()
+    cfg = CONFIG_OVERRIDE.get("rowcol_gluon") or rg.config_for(R, rounding, rn_c, block, rounding_c, rn_r,
+                                                                packed_bf16)
+    if "rowcol_group" in CONFIG_OVERRIDE:
+        cfg = rg.checked(cfg)._replace(group=CONFIG_OVERRIDE["rowcol_group"])
+    return cfg
 
 
 _ROWCOL_PLANS: dict[tuple, dict] = {}
