@@ -91,8 +91,8 @@ def main():
     ap.add_argument("--shapes", default="", help="the quantizer sections' shapes, RxC,... (e.g. the 125M model's "
                     "32768x768,32768x2304); default: the issue's 8192x8192,16384x4096")
     ap.add_argument("--default-tiles", action="store_true", help="graphed: each call at its default tile only")
-    ap.add_argument("--groups", default="", help="graphed: also each tile in these launch orders, comma-separated "
-                    "(rowcol_gluon.Config.group: column tiles a launch group; 0 the 2-D grid)")
+    ap.add_argument("--tiles", default="", help="graphed: each call at its default tile and these rowcol_gluon "
+                    "Configs, `;` between them (e.g. '128,128,16,1;128,128,16,1,80')")
     ap.add_argument("--list", action="store_true", help="print the section names, one a line, and exit")
     vars(ARGS).update(vars(ap.parse_args()))
     if ARGS.list:

@@ -145,7 +145,7 @@ def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = 
 
     spec = parse_fmt(_fmt(fmt))
     rounding_c = rounding_c or rounding
-    cfg = cfg or rg.config_for(1 << 16, rounding, rn_c, spec.block, rounding_c, rn_r, not (xhat_r or xhat_c))
+    cfg = cfg or rg.config_for(1 << 16, rounding, rn_c, spec.block, rounding_c, rn_r, True, (xhat_r, xhat_c))
     bm, bk, warps, iters = cfg[:4]
     k = rg.compile_sm90(qk._constexprs(spec, rounding), cfg, fuse=False, xhat_r=xhat_r, xhat_c=xhat_c,
                         mode=qk.ROUND_ID[rounding], rn_c=rn_c, mode_c=qk.ROUND_ID[rounding_c], rn_r=rn_r)

@@ -16,7 +16,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from fourcast.kernels import rowcol_gluon as rg
 from fourcast.kernels.gemm import multiprocessors
-from fourcast.kernels.rowcol_gluon import _col_layout, _program_tile, _row_layout, _row_tiles, _tile_words, _words_ring
+from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _row_tiles, _tile_words, _words_ring
 
 from kernel_bench.harness import QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
 
@@ -177,6 +177,22 @@ def _io_rowcol_gluon_decoded_kernel(X, XHAT_R, CODES_C, SCALES_C, XHAT_C, R, C, 
 
 
 @gluon.jit
+def _program_tile(rows, cols, GROUP: gl.constexpr):
+    """This program's (row, column) tile indices: a 2-D grid's (GROUP 0), or in a 1-D grid of rows
+    x cols programs, launch groups of GROUP column tiles (fewer in the last), each group's row
+    tiles in turn with its column tiles side by side: at GROUP 4 the four programs that share a
+    32-byte sector of row scale bytes (512 columns) run together. Measured no faster (session 28:
+    the floor within 1%; in rowcol_gluon's kernel, 82b6956, 1-11% slower)."""
+    if GROUP == 0:
+        return gl.program_id(0), gl.program_id(1)
+    pid = gl.program_id(0)
+    first = pid // (rows * GROUP) * GROUP  # the group's first column tile
+    width = gl.minimum(cols - first, GROUP)
+    rest = pid - first * rows
+    return rest // width, first + rest % width
+
+
+@gluon.jit
 def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
                         NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr, STAGES: gl.constexpr,
                         STRIDED: gl.constexpr, SCALES_ON: gl.constexpr = 1, GROUP: gl.constexpr = 0):
@@ -190,7 +206,7 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
     0, STAGES - 1 tiles ahead by cp.async (Config.stages). SCALES_ON 0: no scale bytes; 2: the
     same bytes in a contiguous slot a tile (XHAT_R as scratch): what their short writes cost
     (io_floor_tma); 3: the row copy's only, 4: the column copy's only. GROUP: the launch order
-    (rowcol_gluon.Config.group; not with STRIDED)."""
+    (_program_tile; not with STRIDED)."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     LR: gl.constexpr = _row_layout(W, 8, NW, True)

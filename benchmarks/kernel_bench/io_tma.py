@@ -13,6 +13,8 @@ and 86% (81.3 us) with the same scale bytes written in whole sectors (SCALES_ON 
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -42,9 +44,10 @@ TMA_PART_RUNS = ((4, 1, 0), (4, 1, 1), (3, 2, 0), (3, 2, 1), (8, 1, 0))
 # 2i + 1 two boxes): (stages, programs an SM) for TMA; the same tiles loaded into registers
 READ_TILES = ((64, 128), (32, 256), (16, 512), (128, 128), (64, 256))
 READ_RUNS = ((4, 1), (3, 2))
-# launch groups of column tiles (rowcol_gluon.Config.group): 4 x 128 columns make a row's 32-byte
-# sector of scale bytes
+# launch groups of column tiles (_program_tile): 4 x 128 columns make a row's 32-byte sector of
+# scale bytes; the one-lane floor's tiles (BM, BK, warps) by their scale bytes' pieces
 ORDER_GROUPS = (1, 2, 4, 8)
+SCALE_TILES = ((64, 128, 8), (128, 128, 8), (128, 128, 16), (128, 256, 32), (256, 128, 32))
 
 
 @gluon.jit
@@ -208,7 +211,7 @@ def io_floor_tma():
         runs.append(("one lane x1, scale bytes contiguous a tile", both, lambda: _io_one_lane_kernel[grid](
             x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
             SCALES_ON=2, num_warps=8)))
-        runs += _order_runs(x, cr, sr, xr, cc, sc, codes_only)
+        runs += _scale_runs(x, cr, sr, xr, cc, sc)
         runs += [(f"tma {st} stages, {ps} an SM{', kernel LC' if lc else ''}", both,
                   lambda st=st, ps=ps, lc=lc: io_tma(x, cr, sr, cc, sc, st, ps, lc)) for st, ps, lc in TMA_RUNS]
         runs += [(f"tma {st} stages, {ps} an SM, {('reads only', 'row copy only')[so]}",
@@ -241,22 +244,26 @@ def io_floor_tma():
         save()
 
 
-def _order_runs(x, cr, sr, xr, cc, sc, codes_only: int) -> list:
-    """The one-tile floor with each copy's scale bytes alone (what each costs), and at each launch
-    order of ORDER_GROUPS (rowcol_gluon.Config.group): whether the row scale bytes' 8-byte
-    pieces cost less when the 4 programs that share their 32-byte sectors run together."""
+def _scale_runs(x, cr, sr, xr, cc, sc) -> list:
+    """The one-lane floor at each SCALE_TILES tile with its scale bytes in place, none, the row
+    copy's only and the column copy's only (what each costs: a tile's row scale bytes are BK / 16-
+    byte pieces of 32-byte sectors, its column ones BM / 16), and at 64 x 128 in each launch
+    order of ORDER_GROUPS (_program_tile)."""
     r, c = x.shape
     runs = []
-    for name, scales_on in (("row scale bytes only", 3), ("column scale bytes only", 4)):
-        runs.append((f"one lane x1, {name}", codes_only + r * c // 16, lambda so=scales_on: _io_one_lane_kernel[
-            rg.grid(r, c, rg.Config(64, 128, 8, 1))](x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8,
-                                                     XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
-                                                     SCALES_ON=so, num_warps=8)))
+    for (bm, bk, w), (name, scales_on) in itertools.product(SCALE_TILES, (
+            ("", 1), (", codes only (no scale bytes)", 0), (", row scale bytes only", 3),
+            (", column scale bytes only", 4))):
+        if (bm, bk, w) == (64, 128, 8) and scales_on in (0, 1):
+            continue  # io_floor_tma's first runs
+        nbytes = qbytes(r, c, 16, 2) - (r * c // 8, 0, r * c // 16, r * c // 16)[scales_on]
+        runs.append((f"one lane {bm}x{bk} {w} warps{name}", nbytes, lambda bm=bm, bk=bk, w=w, so=scales_on: (
+            _io_one_lane_kernel[(r // bm, c // bk)](x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=False,
+                                                    ITERS=1, STAGES=0, STRIDED=False, SCALES_ON=so, num_warps=w))))
     for g in ORDER_GROUPS:
-        grid = rg.grid(r, c, rg.Config(64, 128, 8, 1, group=g))
-        runs.append((f"one lane x1, group {g}", qbytes(r, c, 16, 2), lambda g=g, grid=grid: _io_one_lane_kernel[grid](
-            x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
-            GROUP=g, num_warps=8)))
+        runs.append((f"one lane x1, group {g}", qbytes(r, c, 16, 2), lambda g=g: _io_one_lane_kernel[
+            (r // 64 * (c // 128),)](x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1,
+                                     STAGES=0, STRIDED=False, GROUP=g, num_warps=8)))
     return runs
 
 

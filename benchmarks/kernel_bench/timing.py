@@ -5,8 +5,8 @@ no floor moved and every call was as fast or slower, so the knob was removed."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
-import itertools
 import subprocess
 
 import torch
@@ -139,6 +139,12 @@ GRAPHED_TILES = (None, (64, 128, 8, 8, 64, True, True), (64, 128, 8, 1, 64, True
 GRAPHED_RHT_TILES = (None,) + GLUON_RHT_TILES[2:]
 
 
+def parse_tiles(text: str) -> list[tuple]:
+    """--tiles' rowcol_gluon Configs: tuples of Python literals, `;` between tiles (e.g.
+    "128,128,16,1;128,128,16,1,80")."""
+    return [tuple(ast.literal_eval(f"({t},)")) for t in text.split(";") if t.strip()]
+
+
 @section("graphed: the quantizer calls and their peers as GPU time (CUDA graph replay)")
 def graphed():
     """Each row+col NVFP4 call of the quantizer target, the X and dY calls, copy and each call's
@@ -169,11 +175,12 @@ def graphed():
         for name, nbytes, kw, ours in calls:
             compiled_ms = None
             tiles = (None,) if ARGS.default_tiles else GRAPHED_RHT_TILES if "RHT" in name else GRAPHED_TILES
-            groups = [None] + [int(g) for g in ARGS.groups.split(",") if g]
-            for tile, group in itertools.product(tiles, groups):
+            if ARGS.tiles:
+                tiles = (None, *parse_tiles(ARGS.tiles))
+            for tile in tiles:
                 if left() < 40:
                     return
-                with _pinned_tile(tile, group) as routes:
+                with _pinned_tile(tile) as routes:
                     try:
                         t, got = ms_graphed(ours)
                     except Exception as exc:  # one call failing to capture must not lose the others
@@ -182,8 +189,8 @@ def graphed():
                     RES["checks"].append(dict(what=f"graphed {name} {tile} {r}x{c}: replayed bytes = an eager call's",
                                               ok=same_tensors(got, ours())))
                     eager = ms(ours)
-                row = dict(call=name, shape=f"{r}x{c}", tile=tile and list(tile), group=group,
-                           routes=sorted(set(routes)), ms=t, frac_copy=nbytes / (t * 1e9) / copy_tbps, eager_ms=eager)
+                row = dict(call=name, shape=f"{r}x{c}", tile=tile and list(tile), routes=sorted(set(routes)), ms=t,
+                           frac_copy=nbytes / (t * 1e9) / copy_tbps, eager_ms=eager)
                 out.append(row)
                 if kw is not None and compiled_ms is None:
                     try:
@@ -196,8 +203,7 @@ def graphed():
                 if compiled_ms is not None:
                     row["compiled_ms"] = compiled_ms
                     row["vs_compiled"] = compiled_ms / t
-                log(f"graphed {name} {r}x{c} {tile or 'default'}{'' if group is None else f' group {group}'} "
-                    f"{row['routes']}: {t * 1e3:.1f} us "
+                log(f"graphed {name} {r}x{c} {tile or 'default'} {row['routes']}: {t * 1e3:.1f} us "
                     f"({row['frac_copy']:.3f} of copy; eager {eager * 1e3:.1f} us)"
                     + (f", compiled peer {compiled_ms * 1e3:.1f} us, {row['vs_compiled']:.2f}x"
                        if compiled_ms is not None else ""))
@@ -284,10 +290,9 @@ def amax_calls():
 
 
 @contextlib.contextmanager
-def _pinned_tile(tile, group=None):
-    """rowcol_gluon's tile pinned to `tile` (None: the default), in launch order `group` unless
-    None (Config.group), while the block runs; yields the list of routes (quantize._rowcol_plan's)
-    the calls inside take."""
+def _pinned_tile(tile):
+    """rowcol_gluon's tile pinned to `tile` (None: the default) while the block runs; yields the
+    list of routes (quantize._rowcol_plan's) the calls inside take."""
     routes, plan = [], qk._rowcol_plan
 
     def spy(*args, **kwargs):
@@ -298,11 +303,8 @@ def _pinned_tile(tile, group=None):
     qk._rowcol_plan = spy
     if tile is not None:
         qk.CONFIG_OVERRIDE["rowcol_gluon"] = tile
-    if group is not None:
-        qk.CONFIG_OVERRIDE["rowcol_group"] = group
     try:
         yield routes
     finally:
         qk._rowcol_plan = plan
         qk.CONFIG_OVERRIDE.pop("rowcol_gluon", None)
-        qk.CONFIG_OVERRIDE.pop("rowcol_group", None)

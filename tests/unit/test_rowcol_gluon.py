@@ -59,7 +59,8 @@ def _compiled(fmt, cfg, fuse=False, xhat=False, **extra) -> dict:
 
 @pytest.mark.parametrize("fmt,cfg,fuse", [
     ("nvfp4", rg.CONFIG, False), ("mxfp4", rg.CONFIG, True), ("int4-ue5m3", (128, 128, 8, 1), False),
-    ("ufp4", (64, 128, 4, 2), False), ("nvfp4", (64, 128, 8, 2, None, False), False)])
+    ("ufp4", (64, 128, 4, 2), False), ("nvfp4", (64, 128, 8, 2, None, False), False), ("nvfp4", rg.WIDE_CONFIG, False),
+    ("ufp4", rg.WIDE_CONFIG, False)])
 def test_compiles_for_sm90_as_designed(fmt, cfg, fuse):
     cfg = rg.Config(*cfg)
     one_lane = rg.one_lane_fits(parse_fmt(F[fmt]).block, cfg)
@@ -205,35 +206,12 @@ def test_grid_stride_tiles_launch_one_wave():
     assert rg.applies(x, *args, strided) and not rg.applies(x, *args, rg.Config(64, 128, 8, 8, 80, True, True))
 
 
-def test_grouped_launch_order_takes_one_axis():
-    """Config.group: one grid axis of as many programs as the 2-D grid's (the kernel orders them in
-    groups of column tiles); 16 column tiles an 8192-row x 2048 call, 5 at 640 columns (a last
-    group of 1 at group 4)."""
-    grouped = rg.Config(64, 128, 8, 1, group=4)
-    assert rg.grid(8192, 2048, grouped) == (128 * 16,) and rg.grid(8192, 2048, rg.Config(64, 128, 8, 1)) == (128, 16)
-    assert rg.grid(512, 640, grouped._replace(iters=2)) == (4 * 5,)
-    assert rg.constexprs(qk._constexprs(parse_fmt(F["nvfp4"]), "rtne"), grouped)["GROUP"] == 4
-
-
-def test_grouped_launch_order_compiles_to_the_same_memory_code():
-    """A grouped program (Config.group) differs from the 2-D grid's only in its indices: the same
-    16-byte loads and 8-byte code stores, no spills, a program's three integer divisions more (64
-    instructions under Triton 3.9, against 1336)."""
-    base = _compiled("nvfp4", rg.CONFIG)
-    grouped = _compiled("nvfp4", rg.CONFIG._replace(group=4))
-    assert (grouped["ld_v4"], grouped["st_v2"], grouped["local"]) == (base["ld_v4"], base["st_v2"], 0)
-    assert base["sass"] < grouped["sass"] <= base["sass"] + 100
-
-
 @pytest.mark.parametrize("tile", [(64, 128, 8, 1, None, True, False, 2), (64, 128, 8, 1, None, True, False, 0, 3),
-                                  (64, 128, 8, 0), (64, 128, 8, 1, 80, True, True, 5),
-                                  (64, 128, 8, 1, None, True, False, 0, 0, -1),
-                                  (64, 128, 8, 1, 80, True, True, 0, 3, 4)])
+                                  (64, 128, 8, 0), (64, 128, 8, 1, 80, True, True, 5)])
 def test_configs_that_cannot_work_are_refused(tile):
     """Stages or per_sm without `loop` (a per_sm grid over the unrolled form would leave rows
-    unquantized), no row tile, too many stages, a negative group or a group with per_sm: a
-    ValueError naming the Config, from the routing check (applies), the constexprs and the grid
-    alike."""
+    unquantized), no row tile, too many stages: a ValueError naming the Config, from the
+    routing check (applies), the constexprs and the grid alike."""
     x = torch.empty((512, 256), dtype=torch.bfloat16)
     args = (parse_fmt(F["nvfp4"]), "rtne", "rtne", (0, 0), (True, True), (False, False), False, torch.bfloat16)
     for call in (lambda: rg.applies(x, *args, tile), lambda: rg.grid(512, 256, tile),
@@ -282,19 +260,30 @@ def test_short_arithmetic_reaches_the_sass(fmt, kw):
         assert k["mul_rp"] == 0 and k["viaddmnmx"] >= codes * per_thread
 
 
-def test_config_for_takes_two_row_tiles_only_where_measured_faster():
+def test_config_for_takes_each_tile_only_where_measured_faster():
     """A bf16 input's packed column copy with a column RHT takes one row tile at 80 registers
     (RTNE and "sr16"); other RTNE calls with a column RHT (TE's X call) two row tiles a program
-    where the rows fill them; every other call, and shapes they do not fit, the one-tile CONFIG."""
+    where the rows fill them; a bf16 input's RTNE calls without an RHT whose column copy is
+    packed (both packed; the X call) the 128 x 128 tile on 16 warps where the rows fill it;
+    every other call, and shapes they do not fit, the one-tile CONFIG."""
     r80 = rg.RHT_PACKED_CONFIG
     assert r80.iters == 1 and r80.maxnreg == 80 and r80[:3] == rg.CONFIG[:3]
-    assert rg.config_for(32768, "rtne", 16, packed_bf16=True) == rg.config_for(64, "sr16", 16, packed_bf16=True) == r80
-    assert rg.config_for(32768, "rtne", 0, packed_bf16=True) == rg.CONFIG
+    assert rg.config_for(32768, "rtne", 16, bf16=True) == rg.config_for(64, "sr16", 16, bf16=True) == r80
     two = rg.RHT_RTNE_CONFIG
     assert two.iters == 2 and two[:3] == rg.CONFIG[:3] and rg.CONFIG.iters == 1
-    assert rg.config_for(32768, "rtne", 16) == two
+    assert rg.config_for(32768, "rtne", 16) == rg.config_for(32768, "rtne", 16, bf16=True, xhat=(True, False)) == two
     assert rg.config_for(32768 - 64, "rtne", 16) == rg.CONFIG  # one row tile left over
     assert rg.config_for(32768, "sr16", 16) == rg.config_for(32768, "rtne", 0) == rg.CONFIG
+    wide = rg.WIDE_CONFIG
+    assert (wide.bm, wide.bk, wide.warps, wide.iters) == (128, 128, 16, 1)
+    assert wide.bm * wide.bk // wide.warps == rg.CONFIG.bm * rg.CONFIG.bk // rg.CONFIG.warps  # elements a warp
+    assert rg.config_for(32768, "rtne", 0, bf16=True) == rg.config_for(128, "rtne", 0, bf16=True,
+                                                                       xhat=(True, False)) == wide
+    assert rg.config_for(32768 - 64, "rtne", 0, bf16=True) == rg.CONFIG  # half a 128-row tile left over
+    assert rg.config_for(32768, "sr16", 0, bf16=True) == rg.config_for(32768, "rtne", 0, bf16=True,
+                                                                       xhat=(True, True)) == rg.CONFIG
+    assert rg.config_for(32768, "rtne", 0, 32, bf16=True) == rg.config_for(32768, "rtne", 0, 16, "sr16",
+                                                                           bf16=True) == rg.CONFIG
     # blocks of 32 with "sr16" on a copy or a row RHT: one lane a block, on 4 warps
     b32 = rg.BLOCK32_CONFIG
     assert rg.one_lane_fits(32, b32) and not rg.one_lane_fits(32, rg.CONFIG)
@@ -410,7 +399,7 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, rht_r, rht_c, amax, amax, write_codes=codes,
                          write_xhat=xhat, unscaled=True)
     fn, grid, args, consts = calls[-1]
-    cfg = rg.config_for(256, rounding, rn_c, spec.block, rounding, rn_r, not any(xhat))
+    cfg = rg.config_for(256, rounding, rn_c, spec.block, rounding, rn_r, True, xhat)
     assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384, cfg)
     names = [p.name for p in fn.params]
     runtime = [p.name for p in fn.params if not p.is_constexpr]

@@ -1077,8 +1077,8 @@ def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: s
     rg = _rowcol_gluon_for(x)
     return rg is not None and rg.applies(x, spec, rounding_r, rounding_c, rht, codes_on, xhat_on, unscaled,
                                          xhat_dtype, _gluon_config(x.shape[0], rounding_r, rht[1], spec.block,
-                                                                   rounding_c, rht[0],
-                                                                   x.dtype == torch.bfloat16 and not any(xhat_on)))
+                                                                   rounding_c, rht[0], x.dtype == torch.bfloat16,
+                                                                   xhat_on))
 
 
 def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
@@ -1093,18 +1093,13 @@ def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
     return rg is not None and rg.amax_applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"))
 
 
-def _gluon_config(R: int, rounding: str, rn_c: int, block: int, rounding_c: str, rn_r: int,
-                  packed_bf16: bool) -> tuple:
+def _gluon_config(R: int, rounding: str, rn_c: int, block: int, rounding_c: str, rn_r: int, bf16: bool,
+                  xhat_on: tuple) -> tuple:
     """rowcol_gluon's (BM, BK, warps, row tiles a program[, maxnreg]) for a call of R rows
-    (packed_bf16: a bf16 input, both copies packed): its config_for, or
-    CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks); CONFIG_OVERRIDE["rowcol_group"] (benchmarks)
-    sets its launch order (Config.group)."""
-    rg = _rowcol_gluon()
-    cfg = CONFIG_OVERRIDE.get("rowcol_gluon") or rg.config_for(R, rounding, rn_c, block, rounding_c, rn_r,
-                                                                packed_bf16)
-    if "rowcol_group" in CONFIG_OVERRIDE:
-        cfg = rg.checked(cfg)._replace(group=CONFIG_OVERRIDE["rowcol_group"])
-    return cfg
+    (bf16: a bf16 input; xhat_on: the copies written decoded): its config_for, or
+    CONFIG_OVERRIDE["rowcol_gluon"] (benchmarks)."""
+    return CONFIG_OVERRIDE.get("rowcol_gluon") or _rowcol_gluon().config_for(R, rounding, rn_c, block, rounding_c,
+                                                                              rn_r, bf16, xhat_on)
 
 
 _ROWCOL_PLANS: dict[tuple, dict] = {}
@@ -1160,7 +1155,7 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     grid = (_cdiv(R, br * iters), _cdiv(C, bc))
     if route == "gluon":
         rg, cfg = _rowcol_gluon(), _gluon_config(R, rounding_r, rnc, spec.block, rounding_c, rn,
-                                                 x.dtype == torch.bfloat16 and not any(xhat_on))
+                                                 x.dtype == torch.bfloat16, xhat_on)
         consts = dict(rg.constexprs(_constexprs(spec, rounding_r), cfg), FUSE_AMAX=fuse, XHAT_R_ON=xhat_on[0],
                       XHAT_C_ON=xhat_on[1], MODE_R=ROUND_ID[rounding_r], MODE_C=ROUND_ID[rounding_c],
                       SEED_PTR=False, RN_C=rnc, NORM_C=rht_norm(rnc), F32=x.dtype == torch.float32, RN_R=rn,

@@ -109,11 +109,7 @@ class Config(NamedTuple):
     per_sm (looped): programs a multiprocessor in a grid-stride loop instead of `iters` tiles
     a program: each program keeps one column tile and takes every P-th row tile (grid (P, C /
     bk), P = per_sm x SMs / (C / bk)), so all programs run in one wave: eight tiles a program
-    at three an SM leave the last of 2.6 waves 60% full (8192^2: 1024 programs on 396 slots).
-    group: 0, a 2-D grid whose row tiles run first (the column tiles' programs `R / bm` apart in
-    launch order); g > 0, a 1-D grid launched in groups of g column tiles, each group's row
-    tiles in turn with its g column tiles side by side (_program_tile): the programs that share
-    a 32-byte sector of row scale bytes (512 columns at blocks of 16: g = 4) run together."""
+    at three an SM leave the last of 2.6 waves 60% full (8192^2: 1024 programs on 396 slots)."""
 
     bm: int
     bk: int
@@ -124,7 +120,6 @@ class Config(NamedTuple):
     loop: bool = False
     stages: int = 0
     per_sm: int = 0
-    group: int = 0
 
 
 # The io floor's fastest tiles were 64 x 128 on 4 warps and 128 x 128 on 4 (67-68% of copy,
@@ -143,6 +138,14 @@ RHT_RTNE_CONFIG = Config(64, 128, 8, 2)
 # 131.4 us (two tiles, 128 registers), TE's dY codes ("sr16") 180.4-181.6 -> 165.6 us (one
 # tile, 100). TE's X call (a decoded row) keeps two tiles (session 18 timed one slower there).
 RHT_PACKED_CONFIG = Config(64, 128, 8, 1, 80)
+# A bf16 input's RTNE calls without an RHT whose column copy is packed (both copies packed, or
+# the X call's decoded row): 128 x 128 tiles on 16 warps (the same 32 elements and 64 registers
+# a thread, two programs an SM). A tile's column scale bytes go out in 8-byte pieces of their
+# 32-byte sectors, not 4: the io floor's column scale bytes cost 4 us, not 6.3 (session 28, H100,
+# 8192^2 and 16384 x 4096, CUDA-graph replays): NVFP4 delayed 99.7-100.0 -> 97.4-97.8 us, the
+# ue5m3 X call 128.9-129.0 -> 125.1-125.5 (81% of copy). "sr16" (131.8 against 129.1) and a
+# column RHT (1 program an SM at 80 registers: 172 against 131) run slower there.
+WIDE_CONFIG = Config(128, 128, 16, 1)
 
 
 # Blocks of 32 in one lane ("sr16" or a row RHT on MXFP4's calls): a thread holds 16 words
@@ -151,19 +154,24 @@ BLOCK32_CONFIG = Config(64, 128, 4, 1)
 
 
 def config_for(R: int, rounding: str, rn_c: int, block: int = 16, rounding_c: str | None = None,
-               rn_r: int = 0, packed_bf16: bool = False) -> Config:
-    """The default tile of a call with R rows: BLOCK32_CONFIG for blocks of 32 with "sr16" or
-    a row RHT (one lane a block), RHT_PACKED_CONFIG for a column RHT of 16 with both copies
-    packed from a bf16 input (packed_bf16), RHT_RTNE_CONFIG for the other RTNE calls with a
-    column RHT where R fills its two row tiles, else CONFIG."""
+               rn_r: int = 0, bf16: bool = False, xhat: tuple = (False, False)) -> Config:
+    """The default tile of a call with R rows (bf16: a bf16 input; xhat: which copies are
+    written decoded): BLOCK32_CONFIG for blocks of 32 with "sr16" or a row RHT (one lane a
+    block), RHT_PACKED_CONFIG for a column RHT of 16 with both copies packed from a bf16 input,
+    RHT_RTNE_CONFIG for the other RTNE calls with a column RHT where R fills its two row tiles,
+    WIDE_CONFIG for a bf16 input's RTNE calls without an RHT, blocks of 16 and a packed column
+    copy where R fills its tile, else CONFIG."""
     rounding_c = rounding if rounding_c is None else rounding_c
     if block == 32 and (rn_r or "sr16" in (rounding, rounding_c)):
         return BLOCK32_CONFIG
-    if rn_c == 16 and packed_bf16:  # measured there (a decoded column copy spills at 80)
+    if rn_c == 16 and bf16 and not any(xhat):  # measured there (a decoded column copy spills at 80)
         return RHT_PACKED_CONFIG
     tile = RHT_RTNE_CONFIG
     if rounding == "rtne" and rn_c and R % (tile.bm * tile.iters) == 0:
         return tile
+    if (bf16 and block == 16 and (rounding, rounding_c) == ("rtne", "rtne") and not (rn_r or rn_c or xhat[1])
+            and R % WIDE_CONFIG.bm == 0):
+        return WIDE_CONFIG
     return CONFIG
 
 
@@ -488,20 +496,6 @@ def _col_half(ye, yo, bmax, s_c, p_c, seed, counter, p, EMIN: gl.constexpr, MBIT
 
 
 @gluon.jit
-def _program_tile(rows, cols, GROUP: gl.constexpr):
-    """This program's (row, column) program indices: a 2-D grid's (GROUP 0), or in a 1-D grid
-    of rows x cols programs, launch groups of GROUP column tiles (fewer in the last), each
-    group's `rows` row programs in turn with its column tiles side by side (Config.group)."""
-    if GROUP == 0:
-        return gl.program_id(0), gl.program_id(1)
-    pid = gl.program_id(0)
-    first = pid // (rows * GROUP) * GROUP  # the group's first column tile
-    width = gl.minimum(cols - first, GROUP)
-    rest = pid - first * rows
-    return rest // width, first + rest % width
-
-
-@gluon.jit
 def _row_tiles(pid_r, R, BM: gl.constexpr, ITERS: gl.constexpr, STRIDED: gl.constexpr):
     """A looped program's row tiles as (first, step, count): ITERS from pid_r x ITERS on, or
     (STRIDED) every num_programs-th from pid_r on."""
@@ -717,7 +711,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
                    ITERS: gl.constexpr, ONE_LANE: gl.constexpr, RN_C: gl.constexpr = 0,
                    NORM_C: gl.constexpr = 1.0, F32: gl.constexpr = False, RN_R: gl.constexpr = 0,
                    NORM_R: gl.constexpr = 1.0, LOOP: gl.constexpr = False, STAGES: gl.constexpr = 0,
-                   STRIDED: gl.constexpr = False, COL_F32: gl.constexpr = False, GROUP: gl.constexpr = 0):
+                   STRIDED: gl.constexpr = False, COL_F32: gl.constexpr = False):
     """See the module doc. Program (pid_r, pid_c) owns columns pid_c * BK .. of ITERS row tiles
     from pid_r * ITERS * BM on (_tile each), unrolled, loading tile it + 1 before it quantizes
     tile it (as strip.py's ITERS), or with LOOP in a loop that is not unrolled, each tile's
@@ -738,8 +732,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     F32: x is f32 (a LayerNorm's output under autocast), a word two f32 in 64 bits.
     COL_F32 (a bf16 x, RN_C 16): the column RHT in f32 (_rht16_col_f32) where it provably gives
     the f64 butterflies' bits; if a block of the program's is not proven, its column copy is
-    quantized again with f64 (_col_copies_f64) once its tiles are done. GROUP: the programs'
-    launch order (Config.group, _program_tile)."""
+    quantized again with f64 (_col_copies_f64) once its tiles are done."""
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     gl.static_assert(not COL_F32 or (RN_C == 16 and not F32), "COL_F32 is a bf16 input's column RHT of 16")
     gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE and RN_C == 0), "a row RHT is one block in one lane")
@@ -749,7 +742,8 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     WB: gl.constexpr = B // 2
     LR: gl.constexpr = _row_layout(W, WB, NW, ONE_LANE)
     LC: gl.constexpr = _col_layout(H, W, WB, NW, ONE_LANE)
-    pid_r, pid_c = _program_tile(R // (BM * ITERS), C // BK, GROUP)
+    pid_r = gl.program_id(0)
+    pid_c = gl.program_id(1)
     if SEED_PTR:
         seed = gl.load(seed)
     s_r, p_r = _tensor_scales(gl.load(AMAX_IN_R), False, RULE, NUM)
@@ -1015,15 +1009,12 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
 def checked(config: tuple) -> Config:
     """A quantizer Config from a tuple (a benchmark's CONFIG_OVERRIDE tile), refused with a
     ValueError where its fields cannot work together: stages and per_sm drive the looped form
-    only (without `loop` a per_sm grid would leave rows unquantized), iters >= 1, 0-4 stages,
-    group >= 0 and not with per_sm (a grid-stride loop's programs are all in flight at once)."""
+    only (without `loop` a per_sm grid would leave rows unquantized), iters >= 1, 0-4 stages."""
     c = Config(*config)
     if (c.stages or c.per_sm) and not c.loop:
         raise ValueError(f"stages and per_sm are for looped tiles (Config.loop), got {c}")
     if c.iters < 1 or c.per_sm < 0 or not 0 <= c.stages <= 4:
         raise ValueError(f"a Config needs iters >= 1, per_sm >= 0 and 0-4 stages, got {c}")
-    if c.group < 0 or (c.group and c.per_sm):
-        raise ValueError(f"group orders a grid of whole programs: group >= 0, not with per_sm, got {c}")
     return c
 
 
@@ -1057,20 +1048,17 @@ def constexprs(fmt_consts: dict, config: tuple = CONFIG) -> dict:
     launch = dict(num_warps=config.warps, **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return dict({k: v for k, v in fmt_consts.items() if k not in drop}, BM=config.bm, BK=config.bk,
                 NW=config.warps, ITERS=config.iters, ONE_LANE=one_lane_fits(fmt_consts["B"], config),
-                LOOP=config.loop, STAGES=config.stages, STRIDED=config.per_sm > 0, GROUP=config.group, **launch)
+                LOOP=config.loop, STAGES=config.stages, STRIDED=config.per_sm > 0, **launch)
 
 
 def grid(R: int, C: int, config: tuple = CONFIG, sms: int = 132) -> tuple:
     """The launch grid of an (R, C) call at `config` on `sms` multiprocessors: a program per
     `iters` row tiles and column tile, or with per_sm, per_sm x sms programs (at least one a
-    column tile, at most a row tile each) sharing the column tiles; with group, one axis of
-    as many programs (_program_tile orders them)."""
+    column tile, at most a row tile each) sharing the column tiles."""
     config = checked(config)
     cols = C // config.bk
     if config.per_sm:
         return (max(1, min(R // config.bm, config.per_sm * sms // cols)), cols)
-    if config.group:
-        return (R // (config.bm * config.iters) * cols,)
     return (R // (config.bm * config.iters), cols)
 
 
