@@ -256,7 +256,7 @@ def _scale_runs(x, cr, sr, xr, cc, sc) -> list:
             (", column scale bytes only", 4))):
         if (bm, bk, w) == (64, 128, 8) and scales_on in (0, 1):
             continue  # io_floor_tma's first runs
-        nbytes = qbytes(r, c, 16, 2) - (r * c // 8, 0, r * c // 16, r * c // 16)[scales_on]
+        nbytes = qbytes(r, c, 16, 2) - {0: r * c // 8, 1: 0, 3: r * c // 16, 4: r * c // 16}[scales_on]
         runs.append((f"one lane {bm}x{bk} {w} warps{name}", nbytes, lambda bm=bm, bk=bk, w=w, so=scales_on: (
             _io_one_lane_kernel[(r // bm, c // bk)](x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=False,
                                                     ITERS=1, STAGES=0, STRIDED=False, SCALES_ON=so, num_warps=w))))
