@@ -195,7 +195,8 @@ def _program_tile(rows, cols, GROUP: gl.constexpr):
 @gluon.jit
 def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, BM: gl.constexpr, BK: gl.constexpr,
                         NW: gl.constexpr, XHAT_R_ON: gl.constexpr, ITERS: gl.constexpr, STAGES: gl.constexpr,
-                        STRIDED: gl.constexpr, SCALES_ON: gl.constexpr = 1, GROUP: gl.constexpr = 0):
+                        STRIDED: gl.constexpr, SCALES_ON: gl.constexpr = 1, GROUP: gl.constexpr = 0,
+                        SCALE_POLICY: gl.constexpr = "", CODE_POLICY: gl.constexpr = ""):
     """The floor of rowcol_gluon's packed and X calls in that kernel's own one-lane layouts and
     stores (blocks of 16: a thread holds a row block's 8 words, then a column block's 8 row
     pairs): code bytes are stand-in nibbles, x_hat the input words, and a scale byte the low
@@ -206,7 +207,8 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
     0, STAGES - 1 tiles ahead by cp.async (Config.stages). SCALES_ON 0: no scale bytes; 2: the
     same bytes in a contiguous slot a tile (XHAT_R as scratch): what their short writes cost
     (io_floor_tma); 3: the row copy's only, 4: the column copy's only. GROUP: the launch order
-    (_program_tile; not with STRIDED)."""
+    (_program_tile; not with STRIDED). SCALE_POLICY / CODE_POLICY: the L2 eviction policy of the
+    scale / code byte stores ("", "evict_last", "evict_first")."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     LR: gl.constexpr = _row_layout(W, 8, NW, True)
@@ -235,9 +237,10 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
             if XHAT_R_ON:
                 gl.store(XHAT_R.to(gl.pointer_type(gl.int32), bitcast=True) + row * (C // 2) + w, v)
             else:
-                gl.store(CODES_R + row * (C // 2) + w, _nibble_byte(v, v >> 16, 12))
+                gl.store(CODES_R + row * (C // 2) + w, _nibble_byte(v, v >> 16, 12), eviction_policy=CODE_POLICY)
                 if SCALES_ON == 1 or SCALES_ON == 3:
-                    gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // 16) + g2, gl.max(v, axis=2).to(gl.uint8))
+                    gl.store(SCALES_R + (2 * (r0 + i2) + half) * (C // 16) + g2, gl.max(v, axis=2).to(gl.uint8),
+                             eviction_policy=SCALE_POLICY)
                 elif SCALES_ON == 2:  # the same bytes in a contiguous slot a tile (XHAT_R as scratch)
                     slot = XHAT_R.to(gl.pointer_type(gl.uint8), bitcast=True) + (
                         (r0 // H) * (C // BK) + pid_c).to(gl.int64) * (2 * H * (W // 4))
@@ -245,12 +248,13 @@ def _io_one_lane_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, R, C, B
                              gl.max(v, axis=2).to(gl.uint8))
         ec = gl.convert_layout(gl.reshape(gl.reshape(e, [H, W]), [H // 8, 8, W]), LC)
         oc = gl.convert_layout(gl.reshape(gl.reshape(o, [H, W]), [H // 8, 8, W]), LC)
-        gl.store(CODES_C + (2 * wc) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 12))
-        gl.store(CODES_C + (2 * wc + 1) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 28))
+        gl.store(CODES_C + (2 * wc) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 12), eviction_policy=CODE_POLICY)
+        gl.store(CODES_C + (2 * wc + 1) * (R // 2) + r0 + ic, _nibble_byte(ec, oc, 28), eviction_policy=CODE_POLICY)
         m = gl.maximum(gl.max(ec, axis=1), gl.max(oc, axis=1))
         if SCALES_ON == 1 or SCALES_ON == 4:
-            gl.store(SCALES_C + (2 * wj) * (R // 16) + r0 // 8 + j, m.to(gl.uint8))
-            gl.store(SCALES_C + (2 * wj + 1) * (R // 16) + r0 // 8 + j, (m >> 16).to(gl.uint8))
+            gl.store(SCALES_C + (2 * wj) * (R // 16) + r0 // 8 + j, m.to(gl.uint8), eviction_policy=SCALE_POLICY)
+            gl.store(SCALES_C + (2 * wj + 1) * (R // 16) + r0 // 8 + j, (m >> 16).to(gl.uint8),
+                     eviction_policy=SCALE_POLICY)
         elif SCALES_ON == 2:
             slot = XHAT_R.to(gl.pointer_type(gl.uint8), bitcast=True) + (
                 (r0 // H) * (C // BK) + pid_c).to(gl.int64) * (2 * H * (W // 4)) + 2 * H * (W // 8)

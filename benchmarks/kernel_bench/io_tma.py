@@ -48,6 +48,11 @@ READ_RUNS = ((4, 1), (3, 2))
 # scale bytes; the one-lane floor's tiles (BM, BK, warps) by their scale bytes' pieces
 ORDER_GROUPS = (1, 2, 4, 8)
 SCALE_TILES = ((64, 128, 8), (128, 128, 8), (128, 128, 16), (128, 256, 32), (256, 128, 32))
+# the stores' L2 eviction policies (name, scale bytes', code bytes'): whether a scale byte sector's
+# pieces, written by 4-8 programs, merge in L2 before it is written back when kept there longer
+POLICY_TILES = ((64, 128, 8), (128, 128, 16))
+POLICY_RUNS = (("scales evict_last", "evict_last", ""), ("scales evict_last, codes evict_first", "evict_last",
+                                                         "evict_first"), ("codes evict_first", "", "evict_first"))
 
 
 @gluon.jit
@@ -247,8 +252,9 @@ def io_floor_tma():
 def _scale_runs(x, cr, sr, xr, cc, sc) -> list:
     """The one-lane floor at each SCALE_TILES tile with its scale bytes in place, none, the row
     copy's only and the column copy's only (what each costs: a tile's row scale bytes are BK / 16-
-    byte pieces of 32-byte sectors, its column ones BM / 16), and at 64 x 128 in each launch
-    order of ORDER_GROUPS (_program_tile)."""
+    byte pieces of 32-byte sectors, its column ones BM / 16), at POLICY_TILES' tiles with each
+    of POLICY_RUNS' L2 eviction policies, and at 64 x 128 in each launch order of ORDER_GROUPS
+    (_program_tile)."""
     r, c = x.shape
     runs = []
     for (bm, bk, w), (name, scales_on) in itertools.product(SCALE_TILES, (
@@ -260,6 +266,11 @@ def _scale_runs(x, cr, sr, xr, cc, sc) -> list:
         runs.append((f"one lane {bm}x{bk} {w} warps{name}", nbytes, lambda bm=bm, bk=bk, w=w, so=scales_on: (
             _io_one_lane_kernel[(r // bm, c // bk)](x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=False,
                                                     ITERS=1, STAGES=0, STRIDED=False, SCALES_ON=so, num_warps=w))))
+    for (bm, bk, w), (name, scale_policy, code_policy) in itertools.product(POLICY_TILES, POLICY_RUNS):
+        runs.append((f"one lane {bm}x{bk} {w} warps, {name}", qbytes(r, c, 16, 2),
+                     lambda bm=bm, bk=bk, w=w, sp=scale_policy, cp=code_policy: _io_one_lane_kernel[(r // bm, c // bk)](
+                         x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=False, ITERS=1, STAGES=0,
+                         STRIDED=False, SCALE_POLICY=sp, CODE_POLICY=cp, num_warps=w)))
     for g in ORDER_GROUPS:
         runs.append((f"one lane x1, group {g}", qbytes(r, c, 16, 2), lambda g=g: _io_one_lane_kernel[
             (r // 64 * (c // 128),)](x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1,

@@ -45,6 +45,7 @@ print(json.dumps(dict(local=testing.spilled_bytes(k), regs=int(re.search(r"REG:(
                       st_v2=len(re.findall(r"st\.global(?:\.\w+)*\.v2\.b32", ptx)),
                       shfl=len(re.findall(r"shfl\.sync", ptx)),
                       st_v4=len(re.findall(r"st\.global(?:\.\w+)*\.v4\.b32", ptx)),
+                      st_l2_hint=len(re.findall(r"st\.global\.L1::evict_last\.L2::cache_hint", ptx)),
                       atom=len(re.findall(r"atom\.global(?:\.\w+)*\.max", ptx)),
                       cp_async_16=len(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]+\], \[[^\]]+\], 0x10", ptx)),
                       commit=ptx.count("cp.async.commit_group"),
@@ -75,6 +76,9 @@ def test_compiles_for_sm90_as_designed(fmt, cfg, fuse):
     else:  # code bytes 4 a store: per_thread / 2 bytes a copy
         assert k["st_b32"] >= per_thread // 4 and k["shfl"] > 0
     assert k["atom"] == (1 if fuse else 0)
+    # each copy's scale bytes kept in L2 (rowcol_gluon.SCALE_L2); the code bytes' stores (counted
+    # above) carry no hint
+    assert k["st_l2_hint"] >= 2
 
 
 @pytest.mark.parametrize("fmt,fuse,mode", [("nvfp4", False, 4), ("e1m2-mx16", True, 0)])
@@ -240,6 +244,7 @@ def test_sr16_dy_call_compiles_without_spills():
     k = _compiled("ue5m3", rg.CONFIG, xhat=True, xhat_c=True, mode=4, seed_ptr=True)
     assert k["local"] == 0
     assert k["st_v4"] == 2 * iters * bm * bk // (32 * warps) // 8
+    assert k["st_l2_hint"] == 0  # no scale bytes written
 
 
 @pytest.mark.parametrize("fmt,kw", [("nvfp4", {}), ("mxfp4", {}), ("ue5m3", dict(xhat=True)),
