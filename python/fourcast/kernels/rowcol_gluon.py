@@ -64,6 +64,10 @@ A program takes one row tile (the default), several unrolled with the next one's
 flight, or (session 24) several in a loop that is not unrolled: a fixed count or a grid-stride
 loop, the words loaded as a tile starts or copied tiles ahead through shared memory by
 cp.async (Config.loop, stages, per_sm; slower than the default on an H100 where timed).
+Session 28 (H100): the scale byte stores keep their sectors in L2 (SCALE_L2: 2-8 programs each
+write a piece of one; the packed calls' io floor 90 -> 81 us at 8192^2) and a bf16 input's RTNE
+calls without an RHT take 128 x 128 tiles on 16 warps (WIDE_CONFIG): the ue5m3 X call 129.0
+-> 117.5 us (79% -> 87% of copy), NVFP4 codes 99.7 -> 97.4 us.
 
 Gluon has no interpreter: the CPU tier compiles these kernels for sm_90a offline
 (tests/unit/test_rowcol_gluon.py), tests/gpu checks its bytes.
