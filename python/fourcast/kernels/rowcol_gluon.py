@@ -84,7 +84,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from fourcast.kernels.quantize import _block_scales, _quant_elems, _tensor_scales
+from fourcast.kernels.quantize import SCALE_L2, _block_scales, _quant_elems, _tensor_scales
 
 
 
@@ -177,14 +177,6 @@ def config_for(R: int, rounding: str, rn_c: int, block: int = 16, rounding_c: st
             and R % WIDE_CONFIG.bm == 0):
         return WIDE_CONFIG
     return CONFIG
-
-
-# The scale bytes' L2 policy. A tile writes each copy's scale bytes as BK / 16- or BM / 16-byte
-# pieces of 32-byte sectors that 2-8 programs share; written back before its neighbours' pieces
-# arrive, a partial sector costs DRAM a read-modify-write. Kept in L2 (evict_last) they merge
-# first: the packed calls' io floor 90.2 -> 81.4 us at 64 x 128 tiles, 88.4 -> 80.0 at 128 x 128
-# (session 28, H100, 8192^2 and 16384 x 4096; 77.8 without scale bytes).
-SCALE_L2: gl.constexpr = gl.constexpr("evict_last")
 
 
 @gluon.constexpr_function

@@ -32,6 +32,7 @@ import triton.language as tl
 
 from fourcast.kernels.philox import load_seed, sr_uniform, sr_uniform_group, sr_uniform_group_t
 from fourcast.kernels.quantize import (
+    SCALE_L2,
     _block_max,
     _block_scales,
     _cast_out,
@@ -272,10 +273,12 @@ def _strip_tile(yr, yc, r, c, pid_r, pid_c, s_r, p_r, s_c, p_c, seed, offset_r, 
             if TILE2D:
                 j = pid_r * (BR // 16) + tl.arange(0, BR // 16)[:, None]
                 c16 = pid_c * (BC // 16) + tl.arange(0, BC // 16)[None, :]
-                tl.store(SCALES_C + c16 * (R // 16) + j, sb.to(tl.uint8), mask=(j < R // 16) & (c16 < C // 16))
+                tl.store(SCALES_C + c16 * (R // 16) + j, sb.to(tl.uint8), mask=(j < R // 16) & (c16 < C // 16),
+                         eviction_policy=SCALE_L2)
             else:
                 j = pid_r * (BR // B) + tl.arange(0, BR // B)[:, None]
-                tl.store(SCALES_C + c * (R // B) + j, sb.to(tl.uint8), mask=(j < R // B) & (c < C))
+                tl.store(SCALES_C + c * (R // B) + j, sb.to(tl.uint8), mask=(j < R // B) & (c < C),
+                         eviction_policy=SCALE_L2)
         if XHAT_C_ON:
             tl.store(XHAT_C + r * C + c, _cast_out(xhat, XHAT_C, RNE_BF16), mask=inb)
     return packed_c, sb_c
@@ -301,9 +304,10 @@ def _store_gathered(g_codes, g_scales, pid_r, pid_c, R, C, CODES_C, SCALES_C, B:
     if TILE2D:
         c16 = pid_c * (BC // 16) + tl.arange(0, BC // 16)[None, :]
         tl.store(SCALES_C + c16 * (R // 16) + j, _unpack_bytes(g_scales, ITERS, 1, BC // 16),
-                 mask=(j < R // 16) & (c16 < C // 16))
+                 mask=(j < R // 16) & (c16 < C // 16), eviction_policy=SCALE_L2)
     else:
-        tl.store(SCALES_C + c * (R // B) + j, _unpack_bytes(g_scales, ITERS, 1, BC), mask=(j < R // B) & (c < C))
+        tl.store(SCALES_C + c * (R // B) + j, _unpack_bytes(g_scales, ITERS, 1, BC), mask=(j < R // B) & (c < C),
+                 eviction_policy=SCALE_L2)
 
 
 # Row tiles a _strip_kernel program takes at most, and the fewest programs it keeps (132 SMs
