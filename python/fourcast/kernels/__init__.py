@@ -32,7 +32,11 @@ from fourcast.kernels.utils import Packed
 # 20 the amax pass's column RHT in f32 where exact, f64 only where a bound calls for it (a bf16
 # input; session 25: 0.47x strip.py's rotated pass against 0.58x, on an H100), 21 a bf16
 # input's calls with both copies packed and a column RHT of 16 on one row tile at 80 registers
-# (session 26: 0.96x RTNE, 0.91x TE's dY codes, on an H100).
-QUANT_REV = 21
+# (session 26: 0.96x RTNE, 0.91x TE's dY codes, on an H100), 22 every kernel's scale byte
+# stores kept in L2 (quantize.SCALE_L2) and 128 x 128 tiles on 16 warps for a bf16 input's RTNE
+# rowcol_gluon calls without an RHT (session 28, H100: the ue5m3 X call 0.91x, NVFP4 packed
+# codes 0.98x, the one-copy and strip.py calls 0.99x; priced as 21 until a training run
+# records it).
+QUANT_REV = 22
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

@@ -195,8 +195,10 @@ const STRIP_ITERS: u32 = 4;
 /// in session 22 at 0.83-0.98 of 18's time (kernels-h200.md), its factor waits for a training
 /// run that records it. Revision 20 (session 25): the amax pass's column RHT in f32.
 /// Revision 21 (session 26): a bf16 input's calls with both copies packed and a column RHT
-/// of 16 on one row tile at 80 registers.
-pub const QUANT_REV: u32 = 21;
+/// of 16 on one row tile at 80 registers. Revision 22 (session 28: the scale byte stores kept
+/// in L2, 128 x 128 tiles for RTNE calls without an RHT) is priced as 21: timed on an H100 at
+/// 0.91-0.99 of 21's time (kernels-h200.md), its factor waits for a training run that records it.
+pub const QUANT_REV: u32 = 22;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
