@@ -182,7 +182,7 @@ def _program_tile(rows, cols, GROUP: gl.constexpr):
     x cols programs, launch groups of GROUP column tiles (fewer in the last), each group's row
     tiles in turn with its column tiles side by side: at GROUP 4 the four programs that share a
     32-byte sector of row scale bytes (512 columns) run together. Measured no faster (session 28:
-    the floor within 1%; in rowcol_gluon's kernel, 82b6956, 1-11% slower)."""
+    the floor within 1%; in rowcol_gluon's kernel, 82b6956, up to 11% slower)."""
     if GROUP == 0:
         return gl.program_id(0), gl.program_id(1)
     pid = gl.program_id(0)
