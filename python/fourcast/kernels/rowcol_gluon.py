@@ -147,8 +147,9 @@ RHT_PACKED_CONFIG = Config(64, 128, 8, 1, 80)
 # a thread, two programs an SM). A tile's column scale bytes go out in 8-byte pieces of their
 # 32-byte sectors, not 4: the io floor's column scale bytes cost 4 us, not 6.3 (session 28, H100,
 # 8192^2 and 16384 x 4096, CUDA-graph replays): NVFP4 delayed 99.7-100.0 -> 97.4-97.8 us, the
-# ue5m3 X call 128.9-129.0 -> 125.1-125.5 (81% of copy). "sr16" (131.8 against 129.1) and a
-# column RHT (1 program an SM at 80 registers: 172 against 131) run slower there.
+# ue5m3 X call 128.9-129.0 -> 125.1-125.5; with SCALE_L2 too, 98.3-98.7 -> 96.9-97.4 and
+# 118.9-119.1 -> 117.4-117.6 (87% of copy). "sr16" (131.8 against 129.1) and a column RHT (1
+# program an SM at 80 registers: 172 against 131) run slower there.
 WIDE_CONFIG = Config(128, 128, 16, 1)
 
 
