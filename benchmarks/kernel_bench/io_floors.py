@@ -16,6 +16,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 from fourcast.kernels import rowcol_gluon as rg
 from fourcast.kernels.gemm import multiprocessors
+from fourcast.kernels.quantize import SCALE_L2
 from fourcast.kernels.rowcol_gluon import _col_layout, _row_layout, _row_tiles, _tile_words, _words_ring
 
 from kernel_bench.harness import QSIZES, RES, SMOKE, left, rand, save, section, time_quantizer
@@ -352,20 +353,22 @@ def io_floors():
                     col_ok = torch.equal(xc, x) if name.startswith("dY") else _io_gluon_copy_ok(x.t(), cc, sc)
                     RES["checks"].append(dict(what=f"io floor {name} {bm}x{bk} {w} warps {r}x{c}: every word and "
                                               "byte where it belongs", ok=bool(torch.equal(xr, x) and col_ok)))
-        for (bm, bk, w), (iters, stages, per_sm), (name, copies, xhat_r) in itertools.product(
+        for (bm, bk, w), (iters, stages, per_sm), (name, copies, xhat_r), policy in itertools.product(
                 ONE_LANE_TILES, ((1, 0, 0), (8, 0, 0), (8, 2, 0), (1, 0, 4), (1, 2, 3)),
-                (("packed", 2, False), ("X: decoded row + packed col", (1, 1), True))):
+                (("packed", 2, False), ("X: decoded row + packed col", (1, 1), True)), ("", SCALE_L2.value)):
             if left() < 20:
                 return
             grid = rg.grid(r, c, rg.Config(bm, bk, w, iters, None, True, True, stages, per_sm),
                            multiprocessors(x.device))
 
-            def fn(grid=grid, bm=bm, bk=bk, w=w, xhat_r=xhat_r, iters=iters, stages=stages, per_sm=per_sm):
+            def fn(grid=grid, bm=bm, bk=bk, w=w, xhat_r=xhat_r, iters=iters, stages=stages, per_sm=per_sm,
+                   policy=policy):
                 _io_one_lane_kernel[grid](x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=xhat_r,
-                                          ITERS=iters, STAGES=stages, STRIDED=per_sm > 0, num_warps=w)
+                                          ITERS=iters, STAGES=stages, STRIDED=per_sm > 0, SCALE_POLICY=policy,
+                                          num_warps=w)
             label = (f"io floor one lane {name} {bm}x{bk} {w} warps "
                      + (f"{per_sm} an SM, grid-stride" if per_sm else f"x{iters}{' looped' if iters > 1 else ''}")
-                     + (f", {stages} stages" if stages else ""))
+                     + (f", {stages} stages" if stages else "") + (", scale bytes kept in L2" if policy else ""))
             time_quantizer(label, (r, c), copies, None if xhat_r else False, fn,
                            tile=[bm, bk, w, iters, stages, per_sm])
             for t in (cr, sr, xr, cc, sc):
