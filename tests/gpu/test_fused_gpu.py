@@ -341,6 +341,59 @@ def test_rowcol_gluon_row_rht_and_mixed_rounding_equal_reference(name, n, kind, 
         testing.check_rowcol(x, f, r_r, r_c, 5, 2**32 + 48, rot, None)
 
 
+@pytest.mark.parametrize("name", ["ufp4", "ufp4-int4", "nvfp4"])
+@pytest.mark.parametrize("kind", ["heavy", "huge", "tiny"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rowcol_gluon_row_and_column_rht_equal_reference(name, kind, dtype, monkeypatch):
+    """A row and a column RHT of 16 in one call (UFP4's X, W and dY calls), forced onto the
+    Gluon kernel (CONFIG_OVERRIDE "gluon_dual_rht", until these pass on a GPU): both packed
+    (RTNE; "sr16" past 2^32), the X call (row decoded, column packed, RTNE) and the dY call
+    (both decoded, "sr16"), amax given or measured, bit for bit against the reference with NaN
+    and an infinity in blocks; bf16 and f32 inputs."""
+    _hopper()
+    from fourcast.kernels import ops
+
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "gluon_dual_rht", True)
+    f = F[name]
+    spec = qk.parse_fmt(f)
+    x = testing.make_input(kind, (512, 640), dtype, DEV, seed=53, fmt=f)
+    x[77, 5] = float("nan")
+    x[300, 600] = float("inf")
+    rht_r = (16, ref.rht_signs(16, "per-layer", 5).to(DEV))
+    rht_c = (16, ref.rht_signs(16, "per-layer", 6).to(DEV))
+    for r in ("rtne", "sr16"):
+        plan = qk._rowcol_plan(x, spec, r, r, 16, 16, (True, True), (False, False), False, spec.two_level,
+                               not spec.two_level)
+        assert plan["route"] == "gluon", r
+        testing.check_rowcol(x, f, r, r, 5, 2**32 + 48, rht_r, rht_c)
+    good = x.clone()
+    good[~good.isfinite()] = 0
+    amax_r = ref.quantize(good, f, rht=rht_r).amax
+    amax_c = ref.quantize(good, f, axis=0, rht=rht_c).amax
+    dec, col = ops.rowcol_operands(good, f, rht=rht_r, rht_col=rht_c, tensor_amax=amax_r, tensor_amax_col=amax_c,
+                                   outputs=("decoded", "packed"))
+    want_r = ref.quantize(good, f, rht=rht_r, tensor_amax=amax_r)
+    assert torch.equal(testing.bits(dec.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
+    assert testing.packed_diff(col, ref.quantize(good, f, axis=0, rht=rht_c, tensor_amax=amax_c)) == []
+    off = 2**32 + 32
+    row, col = ops.rowcol_operands(good, f, rounding="sr16", seed=9, offset=off, rht=rht_r, rht_col=rht_c,
+                                   tensor_amax=amax_r, tensor_amax_col=amax_c, outputs=("decoded", "decoded"))
+    want_r = ref.quantize(good, f, rounding="sr16", seed=9, offset=off, rht=rht_r, tensor_amax=amax_r)
+    want_c = ref.quantize(good, f, axis=0, rounding="sr16", seed=9, offset=off + x.numel(), rht=rht_c,
+                          tensor_amax=amax_c)
+    assert torch.equal(testing.bits(row.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
+    assert torch.equal(testing.bits(col.values), testing.bits(testing.dequantize_unscaled(want_c, torch.bfloat16)))
+
+
+def test_row_and_column_rht_stay_on_strip_until_checked():
+    """Without the override, a call with both RHTs goes to the strip kernel (the gate above)."""
+    _hopper()
+    x = testing.make_input("heavy", (512, 640), torch.bfloat16, DEV, seed=53)
+    spec = qk.parse_fmt(F["ufp4"])
+    plan = qk._rowcol_plan(x, spec, "rtne", "rtne", 16, 16, (True, True), (False, False), False, True, False)
+    assert plan["route"] == "strip"
+
+
 @pytest.mark.parametrize("name", ["mxfp4", "ufp4-int4"])
 def test_rowcol_gluon_mxfp4_recipe_calls(name):
     """QLinear's calls under an MXFP4-style recipe (ops.rowcol_operands): X (row decoded after

@@ -338,6 +338,36 @@ def _applies(x, fmt="nvfp4", rounding="rtne", rht=(0, 0), codes=(True, True), xh
     return rg.applies(x, parse_fmt(F[fmt]), rounding, rounding, rht, codes, xhat, unscaled, dtype, config)
 
 
+@pytest.mark.parametrize("fmt", ["ufp4", "ufp4-int4"])
+@pytest.mark.parametrize("call", ["W", "X", "X f32", "dY", "packed sr16"])
+def test_row_and_column_rht_compile_without_spills(fmt, call):
+    """UFP4's calls carry a row and a column RHT of 16 (both f64 butterflies in one lane): at
+    config_for's tile (one tile, registers unbounded: 106-158 under Triton 3.6; at 80 both
+    packed spill 8-32 bytes under 3.9) each compiles without spills."""
+    xhat_r, xhat_c, mode, f32 = dict(W=(False, False, 0, False), X=(True, False, 0, False),
+                                     **{"X f32": (True, False, 0, True), "dY": (True, True, 4, False),
+                                        "packed sr16": (False, False, 4, False)})[call]
+    rounding = "sr16" if mode else "rtne"
+    cfg = rg.config_for(1 << 16, rounding, 16, 16, rounding, 16, not f32, (xhat_r, xhat_c))
+    assert cfg == rg.CONFIG
+    k = _compiled(fmt, cfg, False, xhat_r, xhat_c=xhat_c, mode=mode, rn_c=16, rn_r=16, f32=f32, seed_ptr=mode == 4)
+    assert k["local"] == 0 and k["f64"] > 0
+
+
+def test_row_and_column_rht_wait_for_a_gpu_check(monkeypatch):
+    """quantize routes a call with both RHTs to rowcol_gluon only under CONFIG_OVERRIDE
+    "gluon_dual_rht" (tests/gpu) until its bits are checked on a GPU; one RHT as before."""
+    monkeypatch.setattr(qk, "_rowcol_gluon_for", lambda x: rg)
+    x = torch.zeros(128, 256, dtype=torch.bfloat16)
+    spec = parse_fmt(F["ufp4"])
+    args = ("rtne", "rtne")
+    on = (True, True), (False, False)
+    assert not qk._gluon_rowcol_ok(x, spec, *args, (16, 16), *on)
+    assert qk._gluon_rowcol_ok(x, spec, *args, (0, 16), *on) and qk._gluon_rowcol_ok(x, spec, *args, (16, 0), *on)
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "gluon_dual_rht", True)
+    assert qk._gluon_rowcol_ok(x, spec, *args, (16, 16), *on)
+
+
 def test_applies_to_its_scope_only():
     x = torch.zeros(128, 256, dtype=torch.bfloat16)
     assert _applies(x) and _applies(x, "mxfp4") and _applies(x, "ufp4-int4") and _applies(x, "int4-ue5m3")
@@ -349,9 +379,13 @@ def test_applies_to_its_scope_only():
     assert _applies(x, rht=(0, 16), codes=(False, True), xhat=(True, False))  # the X call
     assert _applies(x, rht=(0, 16), codes=(False, False), xhat=(True, True), rounding="sr16")  # TE's dY call
     assert not _applies(x, rht=(0, 32)) and not _applies(x, "mxfp4", rht=(0, 32))
-    # a row RHT of the block size in one lane, without a column RHT (MXFP4's Fprop operands)
+    # a row RHT of the block size in one lane (MXFP4's Fprop operands); beside a column RHT of
+    # 16 on blocks of 16 (UFP4's calls; quantize routes them here only once checked on a GPU)
     b32 = rg.BLOCK32_CONFIG
-    assert _applies(x, rht=(16, 0)) and not _applies(x, rht=(16, 16)) and not _applies(x, rht=(32, 0))
+    assert _applies(x, rht=(16, 0)) and _applies(x, rht=(16, 16)) and not _applies(x, rht=(32, 0))
+    assert _applies(x, "ufp4", rht=(16, 16), codes=(False, True), xhat=(True, False))
+    two_lanes = (64, 128, 8, 2, None, False)
+    assert not _applies(x, "mxfp4", rht=(32, 16), config=b32) and not _applies(x, rht=(16, 16), config=two_lanes)
     assert _applies(x, "mxfp4", rht=(32, 0), config=b32) and not _applies(x, "mxfp4", rht=(32, 0))
     assert _applies(x, "mxfp4", rounding="sr16", config=b32)
     mixed = rg.applies(x, parse_fmt(F["mxfp4"]), "rtne", "sr16", (32, 0), (False, True), (True, False), True,

@@ -40,8 +40,8 @@ The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, wr
 serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
 reference.quantize bit for bit (tests/gpu). Scope, checked by `applies`: 4-bit grids with 1-D
 blocks of 16 or 32; no RHT but a column RHT of 16 (one lane a block; the column copy packed
-or decoded) or a row RHT of the block size (one lane a block, no column RHT); a bf16 or f32
-input (two bf16 a 32-bit word, two f32 a 64-bit one: F32); R a multiple of rows_per_program
+or decoded), a row RHT of the block size (one lane a block), or both on blocks of 16; a bf16
+or f32 input (two bf16 a 32-bit word, two f32 a 64-bit one: F32); R a multiple of rows_per_program
 and C of BK; each copy packed or decoded (unscaled x_hat in x's orientation, two values a paired
 cvt: the column copy's goes back to the row layout through a second conversion); each copy
 round-to-nearest-even or "sr16" (a 16-element group a Philox counter, two a block of 32, which
@@ -165,10 +165,12 @@ def config_for(R: int, rounding: str, rn_c: int, block: int = 16, rounding_c: st
     block), RHT_PACKED_CONFIG for a column RHT of 16 with both copies packed from a bf16 input,
     RHT_RTNE_CONFIG for the other RTNE calls with a column RHT where R fills its two row tiles,
     WIDE_CONFIG for a bf16 input's RTNE calls without an RHT, blocks of 16 and a packed column
-    copy where R fills its tile, else CONFIG."""
+    copy where R fills its tile, else CONFIG (a row and a column RHT together among them)."""
     rounding_c = rounding if rounding_c is None else rounding_c
     if block == 32 and (rn_r or "sr16" in (rounding, rounding_c)):
         return BLOCK32_CONFIG
+    if rn_r and rn_c:  # both RHTs (UFP4's calls; untimed): one tile, registers unbounded (at 80
+        return CONFIG  # both packed spill under Triton 3.9)
     if rn_c == 16 and bf16 and not any(xhat):  # measured there (a decoded column copy spills at 80)
         return RHT_PACKED_CONFIG
     tile = RHT_RTNE_CONFIG
@@ -740,7 +742,7 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     quantized again with f64 (_col_copies_f64) once its tiles are done."""
     gl.static_assert(RN_C == 0 or (RN_C == 16 and B == 16 and ONE_LANE), "a column RHT is one block in one lane")
     gl.static_assert(not COL_F32 or (RN_C == 16 and not F32), "COL_F32 is a bf16 input's column RHT of 16")
-    gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE and RN_C == 0), "a row RHT is one block in one lane")
+    gl.static_assert(RN_R == 0 or (RN_R == B and ONE_LANE), "a row RHT is one block in one lane")
     SPLIT_AMAX: gl.constexpr = RN_R > 0 or RN_C > 0  # the copies' amaxes differ
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
@@ -996,7 +998,8 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
     packed or decoded (unscaled, 16-bit), each RTNE or "sr16" (blocks of 32: one lane a
     block); rht: the (row, column) RHT sizes (0: none), a column RHT of 16 only with blocks
     of 16 in one lane (the column copy packed, or decoded: TE's dY call), a row RHT of the
-    block size only in one lane and without a column RHT (MXFP4's calls)."""
+    block size only in one lane (MXFP4's calls), both on blocks of 16 (UFP4's calls;
+    quantize._gluon_rowcol_ok holds them back until checked on a GPU)."""
     config = checked(config)
     R, C = x.shape
     rn_r, rn_c = rht
@@ -1005,7 +1008,8 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
     decoded_ok = not any(xhat_on) or (unscaled and xhat_dtype in (torch.bfloat16, torch.float16))
     rounding_ok = all(r == "rtne" or r == "sr16" and (spec.block == 16 or lane) for r in (rounding_r, rounding_c))
     rht_ok = ((rn_r == 0 and (rn_c == 0 or rn_c == 16 and lane))
-              or (rn_c == 0 and rn_r == spec.block and lane))
+              or (rn_c == 0 and rn_r == spec.block and lane)
+              or (rn_r == rn_c == spec.block == 16 and lane))
     return (x.dtype in INPUTS and spec.packed and spec.block in (16, 32) and not spec.tile_2d
             and not spec.per_tensor and rounding_ok and rht_ok and one_each and decoded_ok
             and R % rows_per_program(config) == 0 and C % config.bk == 0)
