@@ -27,7 +27,7 @@ def test_block_formats_route_to_strip(monkeypatch):
     assert qk.rowcol_route(nv, gluon_ok=True) == "gluon"
     assert qk.rowcol_route(qk.parse_fmt(F["fp8"]), gluon_ok=True) == "transpose"
     x = torch.zeros(128, 256, dtype=torch.bfloat16)
-    assert not qk._gluon_rowcol_ok(x, nv, "rtne", "rtne", False, (True, True), (False, False))
+    assert not qk._gluon_rowcol_ok(x, nv, "rtne", "rtne", (0, 0), (True, True), (False, False))
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "strip")
     assert qk.rowcol_route(nv, gluon_ok=True) == "strip"
     monkeypatch.setitem(qk.CONFIG_OVERRIDE, "rowcol", "transpose")

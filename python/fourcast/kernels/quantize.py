@@ -1089,13 +1089,12 @@ def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: s
     A row and a column RHT together (UFP4's calls, session 28) compile there without spills but
     their bits have not been checked on a GPU yet (the session had no device time left): routed
     there only under CONFIG_OVERRIDE["gluon_dual_rht"] (tests/gpu) until they are."""
-    if rht[0] and rht[1] and not CONFIG_OVERRIDE.get("gluon_dual_rht"):
-        return False
     rg = _rowcol_gluon_for(x)
-    return rg is not None and rg.applies(x, spec, rounding_r, rounding_c, rht, codes_on, xhat_on, unscaled,
-                                         xhat_dtype, _gluon_config(x.shape[0], rounding_r, rht[1], spec.block,
-                                                                   rounding_c, rht[0], x.dtype == torch.bfloat16,
-                                                                   xhat_on))
+    if rg is None or (rht[0] and rht[1] and not CONFIG_OVERRIDE.get("gluon_dual_rht")):
+        return False
+    config = _gluon_config(x.shape[0], rounding_r, rht[1], spec.block, rounding_c, rht[0], x.dtype == torch.bfloat16,
+                           xhat_on)
+    return rg.applies(x, spec, rounding_r, rounding_c, rht, codes_on, xhat_on, unscaled, xhat_dtype, config)
 
 
 def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
