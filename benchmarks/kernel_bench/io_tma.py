@@ -21,7 +21,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from fourcast.kernels import rowcol_gluon as rg
 from fourcast.kernels.gemm import multiprocessors
 from fourcast.kernels.gemm_wgmma import _cta_barrier
 
@@ -204,19 +203,13 @@ def io_floor_tma():
     for (r, c) in QSIZES:
         x = rand((r, c))
         cr, sr, cc, sc, xr, _ = floor_outputs(x)
-        grid = rg.grid(r, c, rg.Config(64, 128, 8, 1, None, True), multiprocessors(x.device))
         both = qbytes(r, c, 16, 2)
-        runs = [("one lane x1", both, lambda: _io_one_lane_kernel[grid](
-            x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
-            num_warps=8))]
+        outs = (cr, sr, xr, cc, sc)
         codes_only = qbytes(r, c, 16, 2) - 2 * r * c // 16  # no scale bytes
-        runs.append(("one lane x1, codes only (no scale bytes)", codes_only, lambda: _io_one_lane_kernel[grid](
-            x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
-            SCALES_ON=0, num_warps=8)))
-        runs.append(("one lane x1, scale bytes contiguous a tile", both, lambda: _io_one_lane_kernel[grid](
-            x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1, STAGES=0, STRIDED=False,
-            SCALES_ON=2, num_warps=8)))
-        runs += _scale_runs(x, cr, sr, xr, cc, sc)
+        runs = [("one lane x1", both, _one_tile_floor(x, outs)),
+                ("one lane x1, codes only (no scale bytes)", codes_only, _one_tile_floor(x, outs, SCALES_ON=0)),
+                ("one lane x1, scale bytes contiguous a tile", both, _one_tile_floor(x, outs, SCALES_ON=2))]
+        runs += _scale_runs(x, outs)
         runs += [(f"tma {st} stages, {ps} an SM{', kernel LC' if lc else ''}", both,
                   lambda st=st, ps=ps, lc=lc: io_tma(x, cr, sr, cc, sc, st, ps, lc)) for st, ps, lc in TMA_RUNS]
         runs += [(f"tma {st} stages, {ps} an SM, {('reads only', 'row copy only')[so]}",
@@ -249,32 +242,39 @@ def io_floor_tma():
         save()
 
 
-def _scale_runs(x, cr, sr, xr, cc, sc) -> list:
+def _one_tile_floor(x, outs: tuple, bm: int = 64, bk: int = 128, warps: int = 8, grid=None, **consts):
+    """A launch of _io_one_lane_kernel with one row tile a program (rowcol_gluon's default tiling
+    unless bm, bk, warps say otherwise) writing outs (row codes, row scales, x_hat scratch, column
+    codes, column scales) on the 2-D grid unless given; consts: SCALES_ON, GROUP, the policies."""
+    r, c = x.shape
+    grid = grid or (r // bm, c // bk)
+    return lambda: _io_one_lane_kernel[grid](x, *outs, r, c, BM=bm, BK=bk, NW=warps, XHAT_R_ON=False, ITERS=1,
+                                             STAGES=0, STRIDED=False, num_warps=warps, **consts)
+
+
+def _scale_runs(x, outs: tuple) -> list:
     """The one-lane floor at each SCALE_TILES tile with its scale bytes in place, none, the row
     copy's only and the column copy's only (what each costs: a tile's row scale bytes are BK / 16-
     byte pieces of 32-byte sectors, its column ones BM / 16), at POLICY_TILES' tiles with each
     of POLICY_RUNS' L2 eviction policies, and at 64 x 128 in each launch order of ORDER_GROUPS
     (_program_tile)."""
     r, c = x.shape
+    both = qbytes(r, c, 16, 2)
     runs = []
     for (bm, bk, w), (name, scales_on) in itertools.product(SCALE_TILES, (
             ("", 1), (", codes only (no scale bytes)", 0), (", row scale bytes only", 3),
             (", column scale bytes only", 4))):
         if (bm, bk, w) == (64, 128, 8) and scales_on in (0, 1):
             continue  # io_floor_tma's first runs
-        nbytes = qbytes(r, c, 16, 2) - {0: r * c // 8, 1: 0, 3: r * c // 16, 4: r * c // 16}[scales_on]
-        runs.append((f"one lane {bm}x{bk} {w} warps{name}", nbytes, lambda bm=bm, bk=bk, w=w, so=scales_on: (
-            _io_one_lane_kernel[(r // bm, c // bk)](x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=False,
-                                                    ITERS=1, STAGES=0, STRIDED=False, SCALES_ON=so, num_warps=w))))
+        nbytes = both - {0: r * c // 8, 1: 0, 3: r * c // 16, 4: r * c // 16}[scales_on]
+        runs.append((f"one lane {bm}x{bk} {w} warps{name}", nbytes,
+                     _one_tile_floor(x, outs, bm, bk, w, SCALES_ON=scales_on)))
     for (bm, bk, w), (name, scale_policy, code_policy) in itertools.product(POLICY_TILES, POLICY_RUNS):
-        runs.append((f"one lane {bm}x{bk} {w} warps, {name}", qbytes(r, c, 16, 2),
-                     lambda bm=bm, bk=bk, w=w, sp=scale_policy, cp=code_policy: _io_one_lane_kernel[(r // bm, c // bk)](
-                         x, cr, sr, xr, cc, sc, r, c, BM=bm, BK=bk, NW=w, XHAT_R_ON=False, ITERS=1, STAGES=0,
-                         STRIDED=False, SCALE_POLICY=sp, CODE_POLICY=cp, num_warps=w)))
+        runs.append((f"one lane {bm}x{bk} {w} warps, {name}", both,
+                     _one_tile_floor(x, outs, bm, bk, w, SCALE_POLICY=scale_policy, CODE_POLICY=code_policy)))
     for g in ORDER_GROUPS:
-        runs.append((f"one lane x1, group {g}", qbytes(r, c, 16, 2), lambda g=g: _io_one_lane_kernel[
-            (r // 64 * (c // 128),)](x, cr, sr, xr, cc, sc, r, c, BM=64, BK=128, NW=8, XHAT_R_ON=False, ITERS=1,
-                                     STAGES=0, STRIDED=False, GROUP=g, num_warps=8)))
+        runs.append((f"one lane x1, group {g}", both,
+                     _one_tile_floor(x, outs, grid=(r // 64 * (c // 128),), GROUP=g)))
     return runs
 
 
