@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from kernel_bench.harness import F, ms_graphed, on_route, rand
+from kernel_bench.harness import F, ms_graphed, on_route, output_tensors, rand
 from fourcast.kernels import ops
 from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
@@ -40,15 +40,10 @@ def calls(x):
 
 def checksum(out) -> int:
     """The sum of every output tensor's bytes as int64 words (a change that keeps the bits keeps it)."""
-    parts = out if isinstance(out, tuple) else (out,)
     total = 0
-    for p in parts:
-        fields = p._asdict() if hasattr(p, "_asdict") else vars(p)
-        for v in fields.values():
-            if isinstance(v, torch.Tensor):
-                b = v.contiguous().reshape(-1).view(torch.uint8)
-                total += int(b.to(torch.int64).sum()) + 31 * int((b.to(torch.int64) * (torch.arange(
-                    b.numel(), device=b.device) % 251)).sum())
+    for v in (t for p in (out if isinstance(out, tuple) else (out,)) for t in output_tensors(p)):
+        b = v.contiguous().reshape(-1).view(torch.uint8).to(torch.int64)
+        total += int(b.sum()) + 31 * int((b * (torch.arange(b.numel(), device=b.device) % 251)).sum())
     return total
 
 

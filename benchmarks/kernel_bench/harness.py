@@ -180,16 +180,18 @@ def on_route(route, fn):
         qk.CONFIG_OVERRIDE.pop("rowcol", None)
 
 
+def output_tensors(p) -> list:
+    """The tensor fields of a Packed (a dataclass) or Decoded (a NamedTuple) output, in order."""
+    return [v for v in (p._asdict() if hasattr(p, "_asdict") else vars(p)).values() if isinstance(v, torch.Tensor)]
+
+
 def same_tensors(got, want) -> bool:
     """Every tensor field of two tuples of Packed / Decoded outputs equal byte for byte."""
     def raw(t):
         return t.reshape(-1).view(torch.uint8)
 
-    def tensors(p):  # Decoded is a NamedTuple, Packed a dataclass
-        return [v for v in (p._asdict() if hasattr(p, "_asdict") else vars(p)).values() if isinstance(v, torch.Tensor)]
-
-    return all(len(tensors(g)) == len(tensors(w)) and all(torch.equal(raw(u), raw(v)) for u, v in
-                                                          zip(tensors(g), tensors(w))) for g, w in zip(got, want))
+    return all(len(output_tensors(g)) == len(output_tensors(w)) and all(
+        torch.equal(raw(u), raw(v)) for u, v in zip(output_tensors(g), output_tensors(w))) for g, w in zip(got, want))
 def time_quantizer(label: str, shape, copies, xhat, fn, src_bytes=2, **fields) -> float:
     """Time one quantizer call (do_bench median), record it in RES["quantizer"] with its
     fraction of copy bandwidth (qbytes: the input read once, codes or x_hat written);
