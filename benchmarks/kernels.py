@@ -22,6 +22,7 @@ On the CPU, script bugs only: BENCH_SMOKE=1 TRITON_INTERPRET=1 python benchmarks
 from __future__ import annotations
 
 import argparse
+import ast
 import time
 
 import torch
@@ -76,6 +77,20 @@ def table():
     print("errors:", RES["errors"])
 
 
+def _overrides(text: str) -> dict:
+    """'a=1,b=True' -> {'a': 1, 'b': True}; a value that is no Python literal stays a string."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"{item!r} is not KEY=VALUE")
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value.strip()
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
@@ -93,8 +108,14 @@ def main():
     ap.add_argument("--default-tiles", action="store_true", help="graphed: each call at its default tile only")
     ap.add_argument("--tiles", default="", help="graphed: each call at its default tile and these rowcol_gluon "
                     "Configs, `;` between them (e.g. '128,128,16,1;128,128,16,1,80')")
+    ap.add_argument("--quant-override", default="", help="quantize.CONFIG_OVERRIDE entries for the whole run, "
+                    "KEY=VALUE,... (VALUE a Python literal), e.g. rowcol=strip; recorded in meta")
     ap.add_argument("--list", action="store_true", help="print the section names, one a line, and exit")
     vars(ARGS).update(vars(ap.parse_args()))
+    try:
+        overrides = _overrides(ARGS.quant_override)
+    except ValueError as e:
+        ap.error(f"--quant-override: {e}")
     if ARGS.list:
         print("\n".join(s.__name__ for s in STEPS))
         return
@@ -108,9 +129,13 @@ def main():
     unknown = sorted(set(only) - {s.__name__ for s in STEPS})
     if unknown:  # a misspelt section would otherwise run nothing, silently
         ap.error(f"--only: no section {', '.join(unknown)}; the sections: {', '.join(s.__name__ for s in STEPS)}")
+    from fourcast.kernels import quantize as qk
+    qk.CONFIG_OVERRIDE.update(overrides)
     for s in STEPS:
         if not only or s.__name__ in only or s is meta:
             s()
+            if s is meta and overrides:
+                RES["meta"]["quant_override"] = {k: repr(v) for k, v in overrides.items()}
     RES["meta"]["wall_s"] = time.time() - T0
     save()
     table()

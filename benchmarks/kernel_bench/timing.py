@@ -164,13 +164,21 @@ def graphed():
         amax = x.abs().amax().float()
         t_copy, _ = ms_graphed(lambda: y.copy_(x))
         out.append(dict(call="copy", shape=f"{r}x{c}", ms=t_copy, frac_copy=4.0 * r * c / (t_copy * 1e9) / copy_tbps))
-        ue = F["ue5m3"]
+        ue, uf = F["ue5m3"], F["ufp4"]
+        rot_r, rot_c = (16, ref.rht_signs(16, "per-layer", 5).to(DEV)), (16, ref.rht_signs(16, "per-layer", 6).to(DEV))
         extra = (("X: decoded row + packed col, ue5m3 delayed", qbytes(r, c, 16, (1, 1)), None,
                   lambda: ops.rowcol_operands(x, ue, tensor_amax=amax, tensor_amax_col=amax,
                                               outputs=("decoded", "packed"))),
                  ("dY: decoded row + col, ue5m3 delayed, SR16", qbytes(r, c, 16, 2, True), None,
                   lambda: ops.rowcol_operands(x, ue, rounding="sr16", seed=1, tensor_amax=amax, tensor_amax_col=amax,
-                                              outputs=("decoded", "decoded"))))
+                                              outputs=("decoded", "decoded"))),
+                 # UFP4's calls: a row and a column RHT of 16 on every operand
+                 ("UFP4 X: decoded row + packed col, row + col RHT16, delayed", qbytes(r, c, 16, (1, 1)), None,
+                  lambda: ops.rowcol_operands(x, uf, rht=rot_r, rht_col=rot_c, tensor_amax=amax,
+                                              tensor_amax_col=amax, outputs=("decoded", "packed"))),
+                 ("UFP4 dY: decoded row + col, row + col RHT16, SR16", qbytes(r, c, 16, 2, True), None,
+                  lambda: ops.rowcol_operands(x, uf, rounding="sr16", seed=1, rht=rot_r, rht_col=rot_c,
+                                              tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "decoded"))))
         calls = [(name, qbytes(r, c, 16, 2), kw, ours) for name, ours, kw in peer_calls(x, amax)][:5] + list(extra)
         for name, nbytes, kw, ours in calls:
             compiled_ms = None

@@ -344,16 +344,15 @@ def test_rowcol_gluon_row_rht_and_mixed_rounding_equal_reference(name, n, kind, 
 @pytest.mark.parametrize("name", ["ufp4", "ufp4-int4", "nvfp4"])
 @pytest.mark.parametrize("kind", ["heavy", "huge", "tiny"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_rowcol_gluon_row_and_column_rht_equal_reference(name, kind, dtype, monkeypatch):
-    """A row and a column RHT of 16 in one call (UFP4's X, W and dY calls), forced onto the
-    Gluon kernel (CONFIG_OVERRIDE "gluon_dual_rht", until these pass on a GPU): both packed
+def test_rowcol_gluon_row_and_column_rht_equal_reference(name, kind, dtype):
+    """A row and a column RHT of 16 in one call (UFP4's X, W and dY calls), on the Gluon
+    kernel (first passed on an H100 in session 29): both packed
     (RTNE; "sr16" past 2^32), the X call (row decoded, column packed, RTNE) and the dY call
     (both decoded, "sr16"), amax given or measured, bit for bit against the reference with NaN
     and an infinity in blocks; bf16 and f32 inputs."""
     _hopper()
     from fourcast.kernels import ops
 
-    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "gluon_dual_rht", True)
     f = F[name]
     spec = qk.parse_fmt(f)
     x = testing.make_input(kind, (512, 640), dtype, DEV, seed=53, fmt=f)
@@ -383,15 +382,6 @@ def test_rowcol_gluon_row_and_column_rht_equal_reference(name, kind, dtype, monk
                           tensor_amax=amax_c)
     assert torch.equal(testing.bits(row.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
     assert torch.equal(testing.bits(col.values), testing.bits(testing.dequantize_unscaled(want_c, torch.bfloat16)))
-
-
-def test_row_and_column_rht_stay_on_strip_until_checked():
-    """Without the override, a call with both RHTs goes to the strip kernel (the gate above)."""
-    _hopper()
-    x = testing.make_input("heavy", (512, 640), torch.bfloat16, DEV, seed=53)
-    spec = qk.parse_fmt(F["ufp4"])
-    plan = qk._rowcol_plan(x, spec, "rtne", "rtne", 16, 16, (True, True), (False, False), False, True, False)
-    assert plan["route"] == "strip"
 
 
 @pytest.mark.parametrize("name", ["mxfp4", "ufp4-int4"])

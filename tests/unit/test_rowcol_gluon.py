@@ -354,18 +354,13 @@ def test_row_and_column_rht_compile_without_spills(fmt, call):
     assert k["local"] == 0 and k["f64"] > 0
 
 
-def test_row_and_column_rht_wait_for_a_gpu_check(monkeypatch):
-    """quantize routes a call with both RHTs to rowcol_gluon only under CONFIG_OVERRIDE
-    "gluon_dual_rht" (tests/gpu) until its bits are checked on a GPU; one RHT as before."""
+def test_row_and_column_rht_go_to_gluon(monkeypatch):
+    """quantize routes a call with a row and a column RHT (UFP4's) to rowcol_gluon, as one with either."""
     monkeypatch.setattr(qk, "_rowcol_gluon_for", lambda x: rg)
     x = torch.zeros(128, 256, dtype=torch.bfloat16)
     spec = parse_fmt(F["ufp4"])
-    args = ("rtne", "rtne")
     on = (True, True), (False, False)
-    assert not qk._gluon_rowcol_ok(x, spec, *args, (16, 16), *on)
-    assert qk._gluon_rowcol_ok(x, spec, *args, (0, 16), *on) and qk._gluon_rowcol_ok(x, spec, *args, (16, 0), *on)
-    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "gluon_dual_rht", True)
-    assert qk._gluon_rowcol_ok(x, spec, *args, (16, 16), *on)
+    assert all(qk._gluon_rowcol_ok(x, spec, "rtne", "rtne", rht, *on) for rht in ((16, 16), (0, 16), (16, 0)))
 
 
 def test_applies_to_its_scope_only():

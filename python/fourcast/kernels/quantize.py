@@ -1085,12 +1085,10 @@ def _rowcol_gluon_for(x: torch.Tensor):
 def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, rht: tuple, codes_on: tuple,
                      xhat_on: tuple, unscaled: bool = False, xhat_dtype=None) -> bool:
     """rowcol_gluon serves this call: in its scope (rowcol_gluon.applies: RTNE, or "sr16"
-    with blocks of 16; rht the (row, column) RHT sizes) where its kernels run (_rowcol_gluon_for).
-    A row and a column RHT together (UFP4's calls, session 28) compile there without spills but
-    their bits have not been checked on a GPU yet (the session had no device time left): routed
-    there only under CONFIG_OVERRIDE["gluon_dual_rht"] (tests/gpu) until they are."""
+    with blocks of 16; rht the (row, column) RHT sizes, both together included: UFP4's calls) where
+    its kernels run (_rowcol_gluon_for)."""
     rg = _rowcol_gluon_for(x)
-    if rg is None or (rht[0] and rht[1] and not CONFIG_OVERRIDE.get("gluon_dual_rht")):
+    if rg is None:
         return False
     config = _gluon_config(x.shape[0], rounding_r, rht[1], spec.block, rounding_c, rht[0], x.dtype == torch.bfloat16,
                            xhat_on)
