@@ -64,6 +64,12 @@ def decode_layout():
                                           ok=testing.same_float(outs[True].float(), outs[False].float())))
 
 
+def bench_recipe(name: str):
+    """A preset, or "preset+sr16" / "preset+sr4": the preset with that SR stream (sr_stream x16 / x4)."""
+    preset, _, stream = name.partition("+")
+    return fc.recipe(preset).set("sr_stream", {"sr16": "x16", "sr4": "x4"}[stream]) if stream else fc.recipe(preset)
+
+
 def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
     """Top CUDA kernels of one QLinear fwd+bwd (torch.profiler), to see where it goes."""
     from fourcast import nn as fcnn
@@ -71,7 +77,8 @@ def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
     m, n, k = shape if not SMOKE else (64, 64, 64)
     x = rand((m, k)).requires_grad_(True)
     dy = rand((m, n))
-    layer = fcnn.QLinear(k, n, bias=False, recipe=fc.recipe(name), gemm_path=path, device=DEV, dtype=torch.bfloat16)
+    layer = fcnn.QLinear(k, n, bias=False, recipe=bench_recipe(name), gemm_path=path, device=DEV,
+                         dtype=torch.bfloat16)
     fn = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
     fn()
     fn()
@@ -87,7 +94,7 @@ def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
 
 @section("QLinear profiles")
 def layer_profiles():
-    for name in ("mxfp4", "ue5m3"):
+    for name in ("ufp4+sr16", "nvfp4+sr16", "ue5m3+sr16"):
         if left() < 30:
             break
         profile_layer(name)
@@ -230,10 +237,8 @@ def qlinear_graphed():
         for name in GRAPHED_RECIPES:
             if left() < 40:
                 break
-            preset, _, stream = name.partition("+")  # (not `base`: base_graph's closure must outlive it)
-            recipe = (fc.recipe(preset).set("sr_stream", {"sr16": "x16", "sr4": "x4"}[stream]) if stream
-                      else fc.recipe(preset))
-            layer = fcnn.QLinear(k, n, bias=False, recipe=recipe, gemm_path="fused", device=DEV, dtype=torch.bfloat16)
+            layer = fcnn.QLinear(k, n, bias=False, recipe=bench_recipe(name), gemm_path="fused", device=DEV,
+                                 dtype=torch.bfloat16)
             fcnn.StepSeeds(layer, DEV)
             fcnn.set_step(layer, 0)  # measures and stores the periodic tensor amaxes
             step = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
