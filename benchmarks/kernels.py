@@ -102,7 +102,7 @@ def main():
                     "quantize_rowcol pinned to the strip kernel (the Gluon route's effect)")
     ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "
                     "at every GEMM shape and on ufp4 too); default: all, at 8192^3 and 8192x28672x4096; "
-                    "rowcol_gluon, io_floor_tma: the calls whose names start so")
+                    "rowcol_gluon, io_floor_tma, graphed: the calls whose names start so")
     ap.add_argument("--shapes", default="", help="the quantizer sections' shapes, RxC,... (e.g. the 125M model's "
                     "32768x768,32768x2304); default: the issue's 8192x8192,16384x4096")
     ap.add_argument("--default-tiles", action="store_true", help="graphed: each call at its default tile only")

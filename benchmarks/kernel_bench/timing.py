@@ -176,10 +176,15 @@ def graphed():
                  ("UFP4 X: decoded row + packed col, row + col RHT16, delayed", qbytes(r, c, 16, (1, 1)), None,
                   lambda: ops.rowcol_operands(x, uf, rht=rot_r, rht_col=rot_c, tensor_amax=amax,
                                               tensor_amax_col=amax, outputs=("decoded", "packed"))),
+                 ("UFP4 W: decoded row + col, row + col RHT16, delayed", qbytes(r, c, 16, 2, True), None,
+                  lambda: ops.rowcol_operands(x, uf, rht=rot_r, rht_col=rot_c, tensor_amax=amax,
+                                              tensor_amax_col=amax, outputs=("decoded", "decoded"))),
                  ("UFP4 dY: decoded row + col, row + col RHT16, SR16", qbytes(r, c, 16, 2, True), None,
                   lambda: ops.rowcol_operands(x, uf, rounding="sr16", seed=1, rht=rot_r, rht_col=rot_c,
                                               tensor_amax=amax, tensor_amax_col=amax, outputs=("decoded", "decoded"))))
         calls = [(name, qbytes(r, c, 16, 2), kw, ours) for name, ours, kw in peer_calls(x, amax)][:5] + list(extra)
+        if ARGS.variants:  # the calls whose names start so
+            calls = [c for c in calls if c[0].startswith(tuple(v.strip() for v in ARGS.variants.split(",")))]
         for name, nbytes, kw, ours in calls:
             compiled_ms = None
             tiles = (None,) if ARGS.default_tiles else GRAPHED_RHT_TILES if "RHT" in name else GRAPHED_TILES

@@ -672,9 +672,9 @@ def test_rowcol_gluon_looped_calls_equal_reference(call, stages, per_sm, monkeyp
 
 
 def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
-    """What rowcol_gluon does not cover goes to the strip kernel: "sr" and "sr4", "sr16" on
-    a row RHT other than the block's or beside a column one, a column RHT other than 16, a scaled x_hat or a copy
-    written both ways, 16 x 16 tiles, shapes off its tile, f16 input; CONFIG_OVERRIDE pins either kernel."""
+    """What rowcol_gluon does not cover goes to the strip kernel: "sr" and "sr4", a row RHT
+    other than the block's, a column RHT other than 16, a scaled x_hat or a copy written both
+    ways, 16 x 16 tiles, shapes off its tile, f16 input; CONFIG_OVERRIDE pins either kernel."""
     _hopper()
     nv = qk.parse_fmt(F["nvfp4"])
     x = torch.zeros(512, 768, dtype=torch.bfloat16, device=DEV)
@@ -685,10 +685,11 @@ def test_rowcol_gluon_routes_only_its_scope(monkeypatch):
     assert route() == "gluon"
     assert route(codes=(False, True), xhat=(True, False)) == "strip"  # a scaled x_hat
     assert route(rounding="sr") == route(rounding="sr4") == route(xhat=(True, False)) == "strip"
-    assert route(rn=16) == "gluon" and route(rn=16, rnc=16) == route(rn=32) == "strip"  # a row RHT of the block
+    assert route(rn=16) == "gluon" and route(rn=32) == "strip"  # a row RHT of the block
     assert route(rnc=16) == route(rnc=16, rounding="sr16") == "gluon"  # a column RHT of 16
     assert route(rnc=16, codes=(True, False), xhat=(False, True), unscaled=True) == "gluon"  # a decoded column too
-    assert route(rnc=16, rn=16) == route(rnc=32) == "strip"  # a row RHT, a column RHT of 32
+    assert route(rnc=16, rn=16) == route(rnc=16, rn=16, rounding="sr16") == "gluon"  # both (UFP4's calls)
+    assert route(rnc=32) == route(rnc=32, rn=16) == "strip"  # a column RHT of 32
     mx = qk.parse_fmt(F["mxfp4"])
     assert route(rounding="sr16") == route(spec=mx, rounding="sr16") == route(spec=mx, rn=32) == "gluon"
     assert route(spec=qk.parse_fmt(F["nvfp4-2d"])) == route(spec=qk.parse_fmt(F["mxfp8"])) == "strip"

@@ -192,3 +192,38 @@ def test_split_rht_proves_nearly_every_gaussian_block():
     assert int(unproven.sum()) <= 4
     want = ref.rht_lastdim(x.float(), 16, SIGNS)
     assert torch.equal(y[~unproven].view(torch.int32), want[~unproven].view(torch.int32))
+
+
+def prescaled_rht(x: torch.Tensor, n: int = 16) -> torch.Tensor:
+    """rowcol_gluon._rht_block's PRE form on bf16 blocks [blocks, n]: x times sign * 2^-2 in
+    f32, the butterflies in f64, one rounding to f32 (no f64 multiply)."""
+    y = (x.float() * (ref.rht_signs(n, "te") * (1.0 / n ** 0.5))).double()
+    h = 1
+    while h < n:
+        y = y.reshape(-1, n // (2 * h), 2, h)
+        y = torch.stack([y[:, :, 0, :] + y[:, :, 1, :], y[:, :, 0, :] - y[:, :, 1, :]], dim=2)
+        h *= 2
+    return y.reshape(-1, n).float()
+
+
+def test_prescaled_rht_gives_the_reference_bits():
+    """The f32 prescale gives reference.rht_lastdim's bits on bf16 blocks at both ends of bf16's
+    range (subnormals down to 2^-133, the largest finite values, where f32 sums would overflow),
+    spread over every binade, with signed zeros, an infinity and NaN; and the same prescale on
+    f32 inputs (where the kernel keeps the f64 multiply) would not."""
+    g = torch.Generator().manual_seed(3)
+    bits = torch.randint(0, 1 << 16, (4096, 16), generator=g, dtype=torch.int32)
+    x = (bits - (bits >= 1 << 15).int() * (1 << 16)).to(torch.int16).view(torch.bfloat16)
+    tiny = torch.tensor([2.0 ** -133, -(2.0 ** -133), 3 * 2.0 ** -133, 2.0 ** -126, 0.0, -0.0, 1.0, 2.0 ** -120],
+                        dtype=torch.float32)
+    edges = torch.stack([tiny.repeat(2), torch.full((16,), 3.3895e38), torch.full((16,), -0.0),
+                         torch.tensor([float("inf")] + [1.0] * 15), torch.tensor([float("nan")] + [-2.0] * 15)])
+    x = torch.cat([x, edges.to(torch.bfloat16)])
+    want = ref.rht_lastdim(x.float(), 16, ref.rht_signs(16, "te"))
+    got = prescaled_rht(x)
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan) and nan.any() and want.isinf().any()  # NaN's payload is not the contract
+    assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
+    f32 = torch.tensor([[2.0 ** -149] * 4 + [0.0] * 12])  # f32 subnormals lose their bits when scaled in f32
+    assert not torch.equal(prescaled_rht(f32).view(torch.int32),
+                           ref.rht_lastdim(f32, 16, ref.rht_signs(16, "te")).view(torch.int32))

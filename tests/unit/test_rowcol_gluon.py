@@ -98,13 +98,15 @@ def test_column_rht16_compiles_in_thread(fmt, fuse, mode):
 def test_column_rht16_in_f32_compiles(mode):
     """COL_F32 (a bf16 input's column RHT in f32): no f64 arithmetic but the fallback's, whose
     loop over the program's tiles is not unrolled, so the f64 butterflies appear once where the
-    f64 kernel has them in each of its two tiles (both share the tensor scales' few f64
-    operations); no spills, no more registers."""
+    f64 kernel has them in each of its two tiles. Either way they are the only f64 arithmetic:
+    four DADD stages an element, the signs and the 1 / 4 applied in f32 (_rht_block's PRE). No
+    spills; two programs an SM as the f64 kernel (at most 128 registers)."""
     cfg = rg.RHT_RTNE_CONFIG
     f64 = _compiled("nvfp4", cfg, rn_c=16, mode=mode)
     f32 = _compiled("nvfp4", cfg, rn_c=16, mode=mode, col_f32=True)
-    assert cfg.iters == 2 and f64["f64"] > 300 and 0.5 < f32["f64"] / f64["f64"] < 0.6
-    assert f32["local"] == 0 and f32["regs"] <= f64["regs"]
+    per_thread = cfg.iters * cfg.bm * cfg.bk // (32 * cfg.warps)
+    assert cfg.iters == 2 and f64["f64"] == 4 * per_thread and f32["f64"] == f64["f64"] // 2
+    assert f32["local"] == 0 and max(f32["regs"], f64["regs"]) <= 128
 
 
 @pytest.mark.parametrize("rn_c,f32,mode", [(0, False, 0), (16, False, 0), (0, True, 0), (16, True, 0), (16, False, 1),
@@ -339,19 +341,23 @@ def _applies(x, fmt="nvfp4", rounding="rtne", rht=(0, 0), codes=(True, True), xh
 
 
 @pytest.mark.parametrize("fmt", ["ufp4", "ufp4-int4"])
-@pytest.mark.parametrize("call", ["W", "X", "X f32", "dY", "packed sr16"])
-def test_row_and_column_rht_compile_without_spills(fmt, call):
-    """UFP4's calls carry a row and a column RHT of 16 (both f64 butterflies in one lane): at
-    config_for's tile (one tile, registers unbounded: 106-158 under Triton 3.6; at 80 both
-    packed spill 8-32 bytes under 3.9) each compiles without spills."""
-    xhat_r, xhat_c, mode, f32 = dict(W=(False, False, 0, False), X=(True, False, 0, False),
+@pytest.mark.parametrize("call", ["packed", "X", "W", "X f32", "dY", "packed sr16"])
+def test_row_and_column_rht_compile_at_their_tiles(fmt, call):
+    """UFP4's calls carry a row and a column RHT of 16 (both f64 butterflies in one lane). At
+    config_for's tile, one a program with registers unbounded (106-126 under Triton 3.6), each
+    compiles without spills; but the X and W calls (a bf16 input's), at 80 registers for three
+    programs an SM: they spill 8-16 bytes under Triton 3.6 and ran 0.88-0.89x the unbounded
+    tile's time on an H100 (session 29); 32-56 under Triton 3.9, so at most 64 bytes a thread here."""
+    xhat_r, xhat_c, mode, f32 = dict(packed=(False, False, 0, False), X=(True, False, 0, False),
+                                     W=(True, True, 0, False),
                                      **{"X f32": (True, False, 0, True), "dY": (True, True, 4, False),
                                         "packed sr16": (False, False, 4, False)})[call]
     rounding = "sr16" if mode else "rtne"
     cfg = rg.config_for(1 << 16, rounding, 16, 16, rounding, 16, not f32, (xhat_r, xhat_c))
-    assert cfg == rg.CONFIG
+    capped = call in ("X", "W")
+    assert cfg == (rg.RHT_PACKED_CONFIG if capped else rg.CONFIG)
     k = _compiled(fmt, cfg, False, xhat_r, xhat_c=xhat_c, mode=mode, rn_c=16, rn_r=16, f32=f32, seed_ptr=mode == 4)
-    assert k["local"] == 0 and k["f64"] > 0
+    assert k["f64"] > 0 and (k["local"] <= 64 if capped else k["local"] == 0)
 
 
 def test_row_and_column_rht_go_to_gluon(monkeypatch):

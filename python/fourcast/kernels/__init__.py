@@ -36,7 +36,10 @@ from fourcast.kernels.utils import Packed
 # stores kept in L2 (quantize.SCALE_L2) and 128 x 128 tiles on 16 warps for a bf16 input's RTNE
 # rowcol_gluon calls without an RHT (session 28, H100: the ue5m3 X call 0.91x, NVFP4 packed
 # codes 0.98x, the one-copy and strip.py calls 0.99x; priced as 21 until a training run
-# records it).
-QUANT_REV = 22
+# records it), 23 rowcol_gluon takes a row and a column RHT together (UFP4's calls, which ran
+# strip.py), a bf16 input's RHT of 16 with its signs and 1/4 applied in f32 (TE's rotated calls
+# 0.96-0.98x, UFP4's 0.87-0.96x of the same kernel without it), UFP4's X and W calls at 80
+# registers (0.88-0.89x; session 29, H100; priced as 21 until a training run records it).
+QUANT_REV = 23
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

@@ -163,14 +163,17 @@ def config_for(R: int, rounding: str, rn_c: int, block: int = 16, rounding_c: st
     """The default tile of a call with R rows (bf16: a bf16 input; xhat: which copies are
     written decoded): BLOCK32_CONFIG for blocks of 32 with "sr16" or a row RHT (one lane a
     block), RHT_PACKED_CONFIG for a column RHT of 16 with both copies packed from a bf16 input,
-    RHT_RTNE_CONFIG for the other RTNE calls with a column RHT where R fills its two row tiles,
+    (and UFP4's X and W calls: a row and a column RHT of 16, a decoded row, RTNE), RHT_RTNE_CONFIG for
+    the other RTNE calls with a column RHT where R fills its two row tiles,
     WIDE_CONFIG for a bf16 input's RTNE calls without an RHT, blocks of 16 and a packed column
-    copy where R fills its tile, else CONFIG (a row and a column RHT together among them)."""
+    copy where R fills its tile, else CONFIG (UFP4's other calls among them)."""
     rounding_c = rounding if rounding_c is None else rounding_c
     if block == 32 and (rn_r or "sr16" in (rounding, rounding_c)):
         return BLOCK32_CONFIG
-    if rn_r and rn_c:  # both RHTs (UFP4's calls; untimed): one tile, registers unbounded (at 80
-        return CONFIG  # both packed spill under Triton 3.9)
+    if rn_r and rn_c:  # both RHTs (UFP4's calls): the X and W calls (RTNE, bf16, a decoded row) at 80 registers,
+        if (rounding, rounding_c, bf16, xhat[0]) == ("rtne", "rtne", True, True):  # where they spill 8-16 bytes
+            return RHT_PACKED_CONFIG  # (Triton 3.6): 0.88-0.89x the time on an H100 (session 29, 8192^2)
+        return CONFIG  # the dY call ran slower there (205.5 -> 212.8 us); both packed was not timed
     if rn_c == 16 and bf16 and not any(xhat):  # measured there (a decoded column copy spills at 80)
         return RHT_PACKED_CONFIG
     tile = RHT_RTNE_CONFIG
@@ -358,16 +361,35 @@ def _stage(y, S: gl.constexpr, AXIS: gl.constexpr):
         return gl.reshape(gl.permute(gl.join(a + b, a - b), [0, 1, 2, 4, 3]), [D0, D1, D2])
 
 
+@gluon.constexpr_function
+def _prescaled(f32, norm):
+    """An RHT whose signs carry its norm, applied in f32 (_rht_block's PRE): a bf16 input's and
+    a power-of-two norm's (RHT sizes 4^n: 16)."""
+    return not f32 and norm == 2.0 ** round(math.log2(norm))
+
+
 @gluon.jit
-def _rht_block(ye, yo, sign_e, sign_o, NORM: gl.constexpr, AXIS: gl.constexpr, L: gl.constexpr):
+def _rht_block(ye, yo, sign_e, sign_o, NORM: gl.constexpr, AXIS: gl.constexpr, L: gl.constexpr,
+               PRE: gl.constexpr = False):
     """An RHT of a block held in one thread, its even elements ye and odd ones yo, their
     pairs along AXIS (the column copy's: [column block, row pair, word column], AXIS 1, ye
     rows 2p and yo rows 2p + 1; the row copy's: [row pair, row block, word], AXIS 2, ye the
     words' elements 2k and yo 2k + 1): reference.rht_lastdim's f64 butterflies in its order
     (stage h pairs elements i and i + h inside groups of 2h: h = 1 pairs ye with yo, h = 2, 4,
-    .. pairs p and p + h / 2 along AXIS), times the f64 NORM, one rounding to f32, in L."""
-    a, b = _butterflies(ye.to(gl.float64) * sign_e, yo.to(gl.float64) * sign_o, AXIS)
-    return gl.convert_layout((a * NORM).to(gl.float32), L), gl.convert_layout((b * NORM).to(gl.float32), L)
+    .. pairs p and p + h / 2 along AXIS), times the f64 NORM, one rounding to f32, in L.
+    PRE (_prescaled; signs f32, times NORM): the inputs times sign * NORM in f32, before the
+    butterflies. The same bits: a bf16 value times 2^-2 is exact in f32 (its last bit, >= 2^-135,
+    stays above f32's 2^-149), and every f64 partial sum is then 2^-2 times the unscaled one,
+    roundings included (nothing near f64's range ends). One FMUL an element for the two DMULs."""
+    if PRE:
+        a, b = _butterflies((ye * sign_e).to(gl.float64), (yo * sign_o).to(gl.float64), AXIS)
+        a = a.to(gl.float32)
+        b = b.to(gl.float32)
+    else:
+        a, b = _butterflies(ye.to(gl.float64) * sign_e, yo.to(gl.float64) * sign_o, AXIS)
+        a = (a * NORM).to(gl.float32)
+        b = (b * NORM).to(gl.float32)
+    return gl.convert_layout(a, L), gl.convert_layout(b, L)
 
 
 @gluon.jit
@@ -589,7 +611,7 @@ def _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SC
         v = e if half == 0 else o
         lo, hi = _elems(v, F32)
         if RN_R > 0:  # the RHT runs along a row block, in one thread
-            lo, hi = _rht_block(lo, hi, sign_lo, sign_hi, NORM_R, 2, LR)
+            lo, hi = _rht_block(lo, hi, sign_lo, sign_hi, NORM_R, 2, LR, _prescaled(F32, NORM_R))
             m_lo = gl.max(lo.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
             m_hi = gl.max(hi.to(gl.int32, bitcast=True) & 0x7FFFFFFF, axis=2)
         else:
@@ -626,10 +648,15 @@ def _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SC
             sign_o = gl.load(SIGNS_C + 2 * p + 1)
             e_lo, o_lo, e_hi, o_hi, unproven = _rht16_col_f32(ec, oc, e_lo, e_hi, o_lo, o_hi, sign_e, sign_o)
         else:
-            sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
-            sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
-            e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC)
-            e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC)
+            PRE_C: gl.constexpr = _prescaled(F32, NORM_C)
+            if PRE_C:  # _rht_block's signs: times the norm in f32, else f64
+                sign_e = gl.load(SIGNS_C + 2 * p) * NORM_C
+                sign_o = gl.load(SIGNS_C + 2 * p + 1) * NORM_C
+            else:
+                sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
+                sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
+            e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC, PRE_C)
+            e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC, PRE_C)
         m_lo = _abs_max_col(e_lo, o_lo)
         m_hi = _abs_max_col(e_hi, o_hi)
         if FUSE_AMAX:
@@ -771,7 +798,10 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     t0 = pid_r * ITERS
     tile_max = 0
     tile_max_c = 0  # the column copy's, where an RHT makes it differ
-    if RN_R > 0:  # word k of a row block holds its elements 2k and 2k + 1: their signs
+    if RN_R > 0 and _prescaled(F32, NORM_R):  # word k of a row block holds its elements 2k and 2k + 1: their
+        sign_lo = gl.load(SIGNS_R + 2 * k) * NORM_R  # signs, as _rht_block takes them
+        sign_hi = gl.load(SIGNS_R + 2 * k + 1) * NORM_R
+    elif RN_R > 0:
         sign_lo = gl.load(SIGNS_R + 2 * k).to(gl.float64)
         sign_hi = gl.load(SIGNS_R + 2 * k + 1).to(gl.float64)
     else:
@@ -998,8 +1028,7 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
     packed or decoded (unscaled, 16-bit), each RTNE or "sr16" (blocks of 32: one lane a
     block); rht: the (row, column) RHT sizes (0: none), a column RHT of 16 only with blocks
     of 16 in one lane (the column copy packed, or decoded: TE's dY call), a row RHT of the
-    block size only in one lane (MXFP4's calls), both on blocks of 16 (UFP4's calls;
-    quantize._gluon_rowcol_ok holds them back until checked on a GPU)."""
+    block size only in one lane (MXFP4's calls), both on blocks of 16 (UFP4's calls)."""
     config = checked(config)
     R, C = x.shape
     rn_r, rn_c = rht

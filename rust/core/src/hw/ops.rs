@@ -198,7 +198,10 @@ const STRIP_ITERS: u32 = 4;
 /// of 16 on one row tile at 80 registers. Revision 22 (session 28: the scale byte stores kept
 /// in L2, 128 x 128 tiles for RTNE calls without an RHT) is priced as 21: timed on an H100 at
 /// 0.91-0.99 of 21's time (kernels-h200.md), its factor waits for a training run that records it.
-pub const QUANT_REV: u32 = 22;
+/// Revision 23 (session 29: rowcol_gluon.py takes UFP4's calls, a row and a column RHT
+/// together, which ran strip.py; a bf16 input's RHT of 16 with the signs and norm in f32) is
+/// priced as 21 likewise: UFP4's calls are priced as strip.py's until a run records them.
+pub const QUANT_REV: u32 = 23;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py

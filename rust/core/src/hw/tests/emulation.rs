@@ -526,6 +526,11 @@ fn emulated_packed_column_rht_calls_on_one_tile_at_80_registers_from_revision_21
     for outs in [codes, dy, te_x, plain] {
         assert_eq!(price(outs, 2, 21), price(outs, 2, 22), "{outs}");
     }
+    // and revision 23 (session 29: UFP4's calls on rowcol_gluon, the RHT's norm in f32) too
+    let ufp4 = r#"{"format": "ufp4", "decoded": true, "rht": 16}, {"format": "ufp4", "rht": 16}"#;
+    for outs in [codes, dy, te_x, plain, ufp4] {
+        assert_eq!(price(outs, 2, 21), price(outs, 2, 23), "{outs}");
+    }
 }
 
 /// Input elements of the 32768 x 2304 calls the emulation tests price.

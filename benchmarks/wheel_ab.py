@@ -1,11 +1,12 @@
-"""One quantizer change timed across two installed wheels (session 28: the scale byte stores'
-L2 policy in quantize.py's and strip.py's kernels): the calls those kernels serve, each as a
-CUDA-graph replay, and a checksum of each call's bytes. Run once per wheel, in turns on one
-machine; every run prints one JSON line (the checksums must agree between wheels; session 28's
-runs drew x unseeded, so theirs do not compare).
+"""One quantizer change timed across two installed wheels: a set of calls, each as a CUDA-graph
+replay, and a checksum of each call's bytes. Run once per wheel, in turns on one machine; every
+run prints one JSON line (the checksums must agree between wheels where the change keeps the bits;
+session 28's runs drew x unseeded, so theirs do not compare). Sets: "scale_l2" (session 28: the
+scale byte stores' L2 policy in quantize.py's and strip.py's kernels), "rht" (session 29: the
+rotated calls of TE's and UFP4's recipes on rowcol_gluon).
 
     for w in a b a b; do pip install --no-deps --force-reinstall .devwheel/$w/*.whl
-        python3 benchmarks/scale_l2_ab.py $w; done
+        python3 benchmarks/wheel_ab.py rht $w; done
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 
 
-def calls(x):
+def scale_l2_calls(x):
     """(name, call): single-copy quantizers (quantize.py's kernel) and row+col calls pinned to
     strip.py's kernel."""
     nv, mx, ue = F["nvfp4"], F["mxfp4"], F["ue5m3"]
@@ -38,6 +39,29 @@ def calls(x):
                 x, nv, nv, "sr16", "sr16", 1, 0, None, None, amax, amax))))
 
 
+def rht_calls(x):
+    """(name, call): the row+col calls with an RHT of 16 (rowcol_gluon): TE's X call (a column
+    RHT), TE's packed codes and dY call, and UFP4's X, W and dY calls (a row and a column RHT)."""
+    nv, uf = F["nvfp4"], F["ufp4"]
+    amax = x.abs().amax().float()
+    s16 = (16, ref.rht_signs(16, "te").to(x.device))
+    r16 = (16, ref.rht_signs(16, "per-layer", 5).to(x.device))
+
+    def rowcol(fmt, outputs, rounding="rtne", rht=None):
+        return lambda: ops.rowcol_operands(x, fmt, rounding=rounding, seed=1, rht=rht, rht_col=s16, tensor_amax=amax,
+                                           tensor_amax_col=amax, outputs=outputs)
+
+    return (("TE X: decoded row + packed col, col RHT16", rowcol(nv, ("decoded", "packed"))),
+            ("TE codes, col RHT16", rowcol(nv, ("packed", "packed"))),
+            ("TE dY: col RHT16, SR16", rowcol(nv, ("packed", "packed"), "sr16")),
+            ("UFP4 X: row + col RHT16", rowcol(uf, ("decoded", "packed"), rht=r16)),
+            ("UFP4 W: row + col RHT16, both decoded", rowcol(uf, ("decoded", "decoded"), rht=r16)),
+            ("UFP4 dY: row + col RHT16, SR16", rowcol(uf, ("decoded", "decoded"), "sr16", rht=r16)))
+
+
+SETS = {"scale_l2": scale_l2_calls, "rht": rht_calls}
+
+
 def checksum(out) -> int:
     """The sum of every output tensor's bytes as int64 words (a change that keeps the bits keeps it)."""
     total = 0
@@ -48,7 +72,10 @@ def checksum(out) -> int:
 
 
 def main() -> None:
-    wheel = sys.argv[1] if len(sys.argv) > 1 else "?"
+    if len(sys.argv) < 2 or sys.argv[1] not in SETS:
+        sys.exit(f"usage: wheel_ab.py SET [WHEEL]; SET one of {', '.join(SETS)}")
+    calls = SETS[sys.argv[1]]
+    wheel = sys.argv[2] if len(sys.argv) > 2 else "?"
     rows = []
     for shape in ((8192, 8192), (16384, 4096)):
         torch.manual_seed(0)  # the same x under every wheel, so the checksums compare
@@ -56,7 +83,7 @@ def main() -> None:
         for name, fn in calls(x):
             t, out = ms_graphed(fn)
             rows.append(dict(call=name, shape="x".join(map(str, shape)), us=round(t * 1e3, 2), checksum=checksum(out)))
-    print(json.dumps(dict(wheel=wheel, gpu=torch.cuda.get_device_name(), rows=rows)))
+    print(json.dumps(dict(set=sys.argv[1], wheel=wheel, gpu=torch.cuda.get_device_name(), rows=rows)))
 
 
 if __name__ == "__main__":
