@@ -22,7 +22,6 @@ On the CPU, script bugs only: BENCH_SMOKE=1 TRITON_INTERPRET=1 python benchmarks
 from __future__ import annotations
 
 import argparse
-import ast
 import time
 
 import torch
@@ -32,7 +31,7 @@ from kernel_bench.ceilings import meta, ceiling_copy, ceiling_gemm
 from kernel_bench.gemm import gemm_epilogue, gemm_bench, gemm_variants, gemm_fp8_idea
 from kernel_bench.gemm_kernels import (gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_rs_persistent,
                                       gemm_rs_regs, gemm_ue5m3_f16)
-from kernel_bench.harness import ARGS, QSIZES, RES, T0, save
+from kernel_bench.harness import ARGS, QSIZES, RES, T0, parse_overrides, save
 from kernel_bench.timing import amax_calls, graphed, timing_methods
 from kernel_bench.io_floors import io_floors
 from kernel_bench.io_tma import io_floor_tma, io_mixed, io_reads, io_writes
@@ -77,20 +76,6 @@ def table():
     print("errors:", RES["errors"])
 
 
-def _overrides(text: str) -> dict:
-    """'a=1,b=True' -> {'a': 1, 'b': True}; a value that is no Python literal stays a string."""
-    out = {}
-    for item in filter(None, text.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise ValueError(f"{item!r} is not KEY=VALUE")
-        try:
-            out[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            out[key.strip()] = value.strip()
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget", type=float, default=240.0, help="seconds for the whole run")
@@ -113,7 +98,7 @@ def main():
     ap.add_argument("--list", action="store_true", help="print the section names, one a line, and exit")
     vars(ARGS).update(vars(ap.parse_args()))
     try:
-        overrides = _overrides(ARGS.quant_override)
+        overrides = parse_overrides(ARGS.quant_override)
     except ValueError as e:
         ap.error(f"--quant-override: {e}")
     if ARGS.list:

@@ -3,10 +3,14 @@ replay, and a checksum of each call's bytes. Run once per wheel, in turns on one
 run prints one JSON line (the checksums must agree between wheels where the change keeps the bits;
 session 28's runs drew x unseeded, so theirs do not compare). Sets: "scale_l2" (session 28: the
 scale byte stores' L2 policy in quantize.py's and strip.py's kernels), "rht" (session 29: the
-rotated calls of TE's and UFP4's recipes on rowcol_gluon).
+rotated calls of TE's and UFP4's recipes on rowcol_gluon), "ufp4_amax" (UFP4's calls measuring
+their amax). KEY=VALUE arguments set quantize.CONFIG_OVERRIDE entries for the run, so one wheel
+can time two routes in turns (amax=strip: strip.py's amax pass).
 
     for w in a b a b; do pip install --no-deps --force-reinstall .devwheel/$w/*.whl
         python3 benchmarks/wheel_ab.py rht $w; done
+    for i in 1 2; do python3 benchmarks/wheel_ab.py ufp4_amax gluon
+        python3 benchmarks/wheel_ab.py ufp4_amax strip amax=strip; done
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 
 import torch
 
-from kernel_bench.harness import F, ms_graphed, on_route, output_tensors, rand
+from kernel_bench.harness import F, ms_graphed, on_route, output_tensors, parse_overrides, rand
 from fourcast.kernels import ops
 from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
@@ -59,7 +63,22 @@ def rht_calls(x):
             ("UFP4 dY: row + col RHT16, SR16", rowcol(uf, ("decoded", "decoded"), "sr16", rht=r16)))
 
 
-SETS = {"scale_l2": scale_l2_calls, "rht": rht_calls}
+def ufp4_amax_calls(x):
+    """(name, call): UFP4's X, W and dY calls (a row and a column RHT of 16) measuring their
+    amax (the recipe's tensor scale refreshed every step): the amax pass, then the quantizer."""
+    uf = F["ufp4"]
+    s16 = (16, ref.rht_signs(16, "te").to(x.device))
+    r16 = (16, ref.rht_signs(16, "per-layer", 5).to(x.device))
+
+    def rowcol(outputs, rounding="rtne"):
+        return lambda: ops.rowcol_operands(x, uf, rounding=rounding, seed=1, rht=r16, rht_col=s16, outputs=outputs)
+
+    return (("UFP4 X, amax measured", rowcol(("decoded", "packed"))),
+            ("UFP4 W, amax measured", rowcol(("decoded", "decoded"))),
+            ("UFP4 dY, amax measured, SR16", rowcol(("decoded", "decoded"), "sr16")))
+
+
+SETS = {"scale_l2": scale_l2_calls, "rht": rht_calls, "ufp4_amax": ufp4_amax_calls}
 
 
 def checksum(out) -> int:
@@ -73,9 +92,11 @@ def checksum(out) -> int:
 
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in SETS:
-        sys.exit(f"usage: wheel_ab.py SET [WHEEL]; SET one of {', '.join(SETS)}")
+        sys.exit(f"usage: wheel_ab.py SET [LABEL [KEY=VALUE ...]]; SET one of {', '.join(SETS)}")
     calls = SETS[sys.argv[1]]
     wheel = sys.argv[2] if len(sys.argv) > 2 else "?"
+    overrides = parse_overrides(",".join(sys.argv[3:]))
+    qk.CONFIG_OVERRIDE.update(overrides)
     rows = []
     for shape in ((8192, 8192), (16384, 4096)):
         torch.manual_seed(0)  # the same x under every wheel, so the checksums compare
@@ -83,7 +104,8 @@ def main() -> None:
         for name, fn in calls(x):
             t, out = ms_graphed(fn)
             rows.append(dict(call=name, shape="x".join(map(str, shape)), us=round(t * 1e3, 2), checksum=checksum(out)))
-    print(json.dumps(dict(set=sys.argv[1], wheel=wheel, gpu=torch.cuda.get_device_name(), rows=rows)))
+    print(json.dumps(dict(set=sys.argv[1], wheel=wheel, overrides={k: repr(v) for k, v in overrides.items()},
+                          gpu=torch.cuda.get_device_name(), rows=rows)))
 
 
 if __name__ == "__main__":

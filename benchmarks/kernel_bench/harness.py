@@ -4,6 +4,7 @@ timing (do_bench median), sections, inputs, byte counts, the quantizer timer."""
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
 import json
 import os
@@ -25,6 +26,21 @@ RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [
 # the command line; kernels.py main() fills it in place, so modules may import it by name
 ARGS = argparse.Namespace(budget=240.0, only="", repeat=1, rowcol_pin=False, variants="", shapes="", list=False,
                           default_tiles=False, tiles="")
+
+
+def parse_overrides(text: str) -> dict:
+    """'a=1,b=True' -> {'a': 1, 'b': True} (quantize.CONFIG_OVERRIDE entries); a value that is
+    no Python literal stays a string."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"{item!r} is not KEY=VALUE")
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value.strip()
+    return out
 
 
 def left() -> float:

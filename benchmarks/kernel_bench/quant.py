@@ -209,7 +209,7 @@ def amax_pass():
 def _amax_grid_args(rg, R, C, rn_c, tile, f32, mode, x, signs):
     """(grid, arguments given the amax words, constexprs) of one _amax_kernel launch."""
     grid, consts = rg.amax_launch(R, C, rn_c, tile, f32, rht_mode=mode)
-    return grid, lambda b: (x, b, signs, R, C), consts
+    return grid, lambda b: (x, b, signs, signs, R, C), consts  # SIGNS_R unread: no row RHT
 
 
 def _run_amax(launches, b=None):

@@ -420,23 +420,24 @@ def test_rowcol_gluon_mxfp4_recipe_calls(name):
                                testing.bits(testing.dequantize_unscaled(want(0, "sr16", None), x.dtype))), outs
 
 
-@pytest.mark.parametrize("rn_c", [0, 16])
+@pytest.mark.parametrize("rn_r,rn_c", [(0, 0), (0, 16), (16, 16)])
 @pytest.mark.parametrize("kind", ["heavy", "huge", "tiny", "zeros"])
 @pytest.mark.parametrize("amax_cfg", [None, (64, 128, 4, 8), (64, 128, 8, 2)])
-def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
-    """rowcol_gluon's amax pass (the default for nvfp4's row+col calls on sm_90) records the
-    bits strip.py's does, row copy and rotated column copy, with NaN and infinities in the
-    input too (a NaN amax is NaN from both; its payload is not defined: strip.py's pass, with a
-    column RHT, gave 0x7fff0000 for the row copy where this one gives 0x7fc00000, session 18);
-    the call's codes and scales are the reference's either way."""
+def test_rowcol_gluon_amax_pass_equals_strip(rn_r, rn_c, kind, amax_cfg, monkeypatch):
+    """rowcol_gluon's amax pass (the default for nvfp4's row+col calls on sm_90, and UFP4's with
+    a row and a column RHT) records the bits strip.py's does, row copy and rotated column copy,
+    with NaN and infinities in the input too (a NaN amax is NaN from both; its payload is not
+    defined: strip.py's pass, with a column RHT, gave 0x7fff0000 for the row copy where this one
+    gives 0x7fc00000, session 18); the call's codes and scales are the reference's either way."""
     _hopper()
-    f = F["nvfp4"]
+    f = F["ufp4" if rn_r else "nvfp4"]
     if amax_cfg:
         monkeypatch.setitem(qk.CONFIG_OVERRIDE, "amax_gluon", amax_cfg)
     x = testing.make_input(kind, (1024, 640), torch.bfloat16, DEV, seed=37, fmt=f)
     rht_c = (16, ref.rht_signs(16, "te").to(DEV)) if rn_c else None
+    rht_r = (16, ref.rht_signs(16, "per-layer", 5).to(DEV)) if rn_r else None
     spec = qk.parse_fmt(f)
-    plan = qk._rowcol_plan(x, spec, "rtne", "rtne", 0, rn_c, (True, True), (False, False), False, True, False)
+    plan = qk._rowcol_plan(x, spec, "rtne", "rtne", rn_r, rn_c, (True, True), (False, False), False, True, False)
     assert plan["amax"][0][0] == "gluon"
 
     def amaxes(pin):
@@ -444,7 +445,7 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
             monkeypatch.setitem(qk.CONFIG_OVERRIDE, "amax", "strip")
         else:
             monkeypatch.delitem(qk.CONFIG_OVERRIDE, "amax", raising=False)
-        o = qk.launch_rowcol(x, spec, "rtne", "rtne", 0, 0, None, rht_c, None, None, write_codes=True,
+        o = qk.launch_rowcol(x, spec, "rtne", "rtne", 0, 0, rht_r, rht_c, None, None, write_codes=True,
                              write_xhat=False)
         return [testing.bits(a.reshape(1)) for a in o["amax"]]
 
@@ -456,7 +457,7 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_c, kind, amax_cfg, monkeypatch):
         nan = [a.view(torch.float32).isnan().item() for a in got + want]
         assert all(torch.equal(a, b) or nan[i] and nan[i + 2] for i, (a, b) in enumerate(zip(got, want))), (got, want)
     monkeypatch.delitem(qk.CONFIG_OVERRIDE, "amax", raising=False)
-    testing.check_rowcol(x, f, "rtne", "rtne", 0, 0, None, rht_c)
+    testing.check_rowcol(x, f, "rtne", "rtne", 0, 0, rht_r, rht_c)
 
 
 def _column_rht_amax(x, signs, modes):
@@ -469,7 +470,7 @@ def _column_rht_amax(x, signs, modes):
     bits = torch.zeros(3, dtype=torch.int32, device=DEV)
     for mode in modes:
         grid, consts = rg.amax_launch(R, C, 16, None, False, True, mode)
-        launcher.run(rg._amax_kernel, grid, (x, bits, signs, R, C), consts)
+        launcher.run(rg._amax_kernel, grid, (x, bits, signs, signs, R, C), consts)  # no row RHT: SIGNS_R unread
     return bits.tolist()
 
 

@@ -109,17 +109,19 @@ def test_column_rht16_in_f32_compiles(mode):
     assert f32["local"] == 0 and max(f32["regs"], f64["regs"]) <= 128
 
 
-@pytest.mark.parametrize("rn_c,f32,mode", [(0, False, 0), (16, False, 0), (0, True, 0), (16, True, 0), (16, False, 1),
-                                           (16, False, 2)])
-def test_amax_pass_compiles(rn_c, f32, mode):
+@pytest.mark.parametrize("rn_c,f32,mode,rn_r", [(0, False, 0, 0), (16, False, 0, 0), (0, True, 0, 0), (16, True, 0, 0),
+                                                (16, False, 1, 0), (16, False, 2, 0), (16, False, 1, 16),
+                                                (16, False, 2, 16), (16, True, 0, 16)])
+def test_amax_pass_compiles(rn_c, f32, mode, rn_r):
     """rowcol_gluon's amax pass, bf16 or f32 input: no spills, two atomics a program, and with
     a column RHT of 16 the f64 butterflies in each thread (the rows' max needs no shuffle
     either; only the program's final reductions cross lanes). RHT_MODE 1 (a bf16 input's
-    column RHT in f32): no f64 at all, a third atomic (the bound); 2 (the fallback): the
-    column amax's atomic alone, in f64."""
+    column RHT in f32): no f64 but a row RHT's, a third atomic (the bound); 2 (the fallback):
+    the column amax's atomic alone, in f64. A row RHT of 16 (UFP4's calls): its f64 butterflies
+    wherever the row amax is taken (not in the fallback)."""
     code = ("import json\n"
             "from fourcast.kernels import rowcol_gluon as rg, testing\n"
-            f"k = rg.compile_amax_sm90({rn_c}, None, {f32}, {mode})\n"
+            f"k = rg.compile_amax_sm90({rn_c}, None, {f32}, {mode}, {rn_r})\n"
             "print(json.dumps(dict(local=testing.spilled_bytes(k),\n"
             "                      atom=k.asm['ptx'].count('atom.global'), f64=k.asm['ptx'].count('add.rn.f64')\n"
             "                      + k.asm['ptx'].count('add.f64') + k.asm['ptx'].count('fma.rn.f64'))))\n")
@@ -127,14 +129,17 @@ def test_amax_pass_compiles(rn_c, f32, mode):
     # f32 with the RHT sits at 254-255 registers: Triton 3.6 (the device's) spills nothing,
     # 3.9's ptxas one register (a 4-byte store and load, 8 bytes of stack)
     assert k["local"] <= (8 if f32 and rn_c == 16 else 0) and k["atom"] == {0: 2, 1: 3, 2: 1}[mode]
-    assert (k["f64"] > 0) == (rn_c == 16 and mode != 1)
+    assert (k["f64"] > 0) == (rn_c == 16 and mode != 1 or rn_r == 16 and mode != 2)
 
 
 def test_amax_pass_tiles_and_scope():
     """The amax pass's tile per launch (session 25's timings): without an RHT and with the f32
-    column RHT (mode 1) 8 warps x 4 tiles, the f64 RHT (modes 0 and 2) 4 x 8; a call is served
-    only where every launch's tile divides it (the f64 fallback's 512 rows too)."""
+    column RHT (mode 1) 8 warps x 4 tiles, the f64 RHT (modes 0 and 2) 4 x 8, a row RHT 8 x 2
+    (the f64 fallback, mode 2, takes no row amax); a call is served only where every launch's
+    tile divides it (the f64 fallback's 512 rows too)."""
     assert rg.amax_config(0) == rg.amax_config(16, 1) == rg.AMAX_CONFIG == rg.Config(64, 128, 8, 4)
+    assert rg.amax_config(16, 1, 16) == rg.amax_config(0, 0, 16) == rg.AMAX_ROW_RHT_CONFIG == rg.Config(64, 128, 8, 2)
+    assert rg.amax_config(16, 2, 16) == rg.AMAX_RHT_CONFIG
     assert rg.amax_config(16, 0) == rg.amax_config(16, 2) == rg.AMAX_RHT_CONFIG == rg.Config(64, 128, 4, 8)
     assert rg.amax_modes(16, False) == (1, 2) and rg.amax_modes(16, True) == rg.amax_modes(0, False) == (0,)
     assert rg.amax_modes(16, False, rht_f32=False) == (0,)
@@ -144,7 +149,10 @@ def test_amax_pass_tiles_and_scope():
     assert rg.amax_applies(torch.empty(512, 128, dtype=bf), (0, 16))
     assert rg.amax_applies(torch.empty(256, 128, dtype=f32), (0, 0))
     assert not rg.amax_applies(torch.empty(128, 128, dtype=f32), (0, 0))
-    assert not rg.amax_applies(torch.empty(512, 128, dtype=bf), (16, 0))  # a row RHT: strip.py's pass
+    assert rg.amax_applies(torch.empty(512, 128, dtype=bf), (16, 16))
+    assert rg.amax_applies(torch.empty(512, 128, dtype=f32), (16, 0))
+    assert not rg.amax_applies(torch.empty(64, 128, dtype=bf), (16, 0))  # a row RHT's tile: 128 rows
+    assert not rg.amax_applies(torch.empty(512, 128, dtype=bf), (32, 0))  # a row RHT of 32: strip.py's pass
     assert rg.amax_applies(torch.empty(128, 128, dtype=bf), (0, 0), (64, 128, 8, 2))
 
 
@@ -419,6 +427,7 @@ def test_applies_to_its_scope_only():
     ("e1m2-mx16", "rtne", (True, True), (False, False), None, 0, 16),  # single-level, rotated column: two amaxes
     ("nvfp4", "sr16", (False, False), (True, True), 0.5, "tensor", 16),  # TE's dY call: both decoded
     ("mxfp4", "rtne", (False, True), (True, False), None, 0, -32),  # MXFP4's X call: a row RHT of 32
+    ("ufp4", "rtne", (False, True), (True, False), None, 0, (16, 16)),  # UFP4's X call: both RHTs, amax measured
 ])
 def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name, rounding, codes, xhat, amax, seed,
                                                               rn_c):
@@ -432,8 +441,9 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     x = torch.zeros(256, 384, dtype=torch.bfloat16)
     seed_arg = torch.tensor([5], dtype=torch.int64) if seed == "tensor" else 5
     spec = parse_fmt(F[name])
-    rn_r, rn_c = (-rn_c, 0) if rn_c < 0 else (0, rn_c)  # rn_c < 0: a row RHT of -rn_c
-    signs, signs_r = torch.ones(16), -torch.ones(32)
+    # rn_c < 0: a row RHT of -rn_c; a pair: (row, column) RHT sizes
+    rn_r, rn_c = rn_c if isinstance(rn_c, tuple) else (-rn_c, 0) if rn_c < 0 else (0, rn_c)
+    signs, signs_r = torch.ones(16), -torch.ones(rn_r or 32)
     rht_c = (16, signs) if rn_c else None
     rht_r = (rn_r, signs_r) if rn_r else None
     o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, rht_r, rht_c, amax, amax, write_codes=codes,
@@ -462,21 +472,22 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
         monkeypatch.setattr(qk, "_gluon_amax_ok", lambda *a, **k: True)
         monkeypatch.setattr(qk, "_ROWCOL_PLANS", {})
         calls.clear()
-        o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, None, rht_c, amax, amax, write_codes=codes,
+        o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, rht_r, rht_c, amax, amax, write_codes=codes,
                              write_xhat=xhat, unscaled=True)
         modes = rg.amax_modes(rn_c, False)  # a column RHT: in f32, then the f64 fallback
         assert modes == ((1, 2) if rn_c else (0,)) and len(calls) == len(modes) + 1
         for (fn0, grid0, args0, consts0), mode in zip(calls, modes):
             assert fn0 is rg._amax_kernel and consts0["RHT_MODE"] == mode and consts0["REVERSED"]
-            cfg0 = rg.amax_config(rn_c, mode)
+            cfg0 = rg.amax_config(rn_c, mode, rn_r)
             assert grid0 == (256 // (cfg0.bm * cfg0.iters), 384 // cfg0.bk) and consts0["NW"] == cfg0.warps
             amax_arg = dict(zip([q.name for q in fn0.params], args0))
             assert amax_arg["X"] is x and (amax_arg["R"], amax_arg["C"]) == (256, 384)
             assert amax_arg["AMAX_BITS"].data_ptr() == calls[-1][2][names.index("AMAX_IN_R")].data_ptr()
             assert amax_arg["AMAX_BITS"].numel() == 3  # the third word: RHT_MODE 1's bound
             assert (amax_arg["SIGNS_C"] is signs) if rn_c else amax_arg["SIGNS_C"].numel() <= 1
+            assert (amax_arg["SIGNS_R"] is signs_r) if rn_r else amax_arg["SIGNS_R"].numel() <= 1
             assert set(consts0) - {"num_warps"} == {q.name for q in fn0.params if q.is_constexpr}
-            assert consts0["RN_C"] == rn_c
+            assert consts0["RN_C"] == rn_c and consts0["RN_R"] == rn_r
     assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
     if consts["FUSE_AMAX"] and not (rn_c or rn_r):  # one amax, recorded at AMAX_BITS[0], returned for both copies
         assert arg["AMAX_IN_R"].data_ptr() == arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr()

@@ -39,7 +39,8 @@ from fourcast.kernels.utils import Packed
 # records it), 23 rowcol_gluon takes a row and a column RHT together (UFP4's calls, which ran
 # strip.py), a bf16 input's RHT of 16 with its signs and 1/4 applied in f32 (TE's rotated calls
 # 0.96-0.98x, UFP4's 0.87-0.96x of the same kernel without it), UFP4's X and W calls at 80
-# registers (0.88-0.89x; session 29, H100; priced as 21 until a training run records it).
+# registers (0.88-0.89x), and their amax pass on rowcol_gluon too (the calls measuring their
+# amax 0.76-0.79x; session 29, H100; priced as 21 until a training run records it).
 QUANT_REV = 23
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

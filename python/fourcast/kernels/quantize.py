@@ -1186,7 +1186,7 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     reversed_ = CONFIG_OVERRIDE.get("amax_reversed", True)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
         rg, f32, tile = _rowcol_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
-        plan["amax"] = tuple(("gluon", *rg.amax_launch(R, C, rnc, tile, f32, reversed_, mode))
+        plan["amax"] = tuple(("gluon", *rg.amax_launch(R, C, rnc, tile, f32, reversed_, mode, rn))
                              for mode in rg.amax_modes(rnc, f32, CONFIG_OVERRIDE.get("amax_rht_f32", True)))
     elif fresh and route in ("strip", "gluon"):
         br0, bc0, amax_iters = strip.amax_config(br, bc, interp)
@@ -1270,7 +1270,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
         if amax_kernel == "transpose":
             launcher.run(kernel, grid0, args, consts0)
         elif amax_kernel == "gluon":
-            launcher.run(_rowcol_gluon()._amax_kernel, grid0, (x, amax_bits, sc_, R, C), consts0)
+            launcher.run(_rowcol_gluon()._amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
         else:
             launcher.run(strip._strip_amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
     launcher.run(kernel, plan["grid"], args, plan["consts_seed_ptr" if seed_ptr else "consts"])

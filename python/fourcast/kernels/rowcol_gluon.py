@@ -860,11 +860,13 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
 
 
 @gluon.jit
-def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.constexpr, BM: gl.constexpr,
+def _amax_kernel(X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.constexpr, BM: gl.constexpr,
                  BK: gl.constexpr, NW: gl.constexpr, ITERS: gl.constexpr, F32: gl.constexpr = False,
-                 REVERSED: gl.constexpr = True, RHT_MODE: gl.constexpr = 0):
+                 REVERSED: gl.constexpr = True, RHT_MODE: gl.constexpr = 0, RN_R: gl.constexpr = 0,
+                 NORM_R: gl.constexpr = 1.0):
     """strip._strip_amax_kernel's two tensor amaxes (atomic max of |y| bits: the row copy's at
-    AMAX_BITS[0], the column copy's at [1], after an RHT of 16 if RN_C) on _rowcol_kernel's
+    AMAX_BITS[0], after a row RHT of 16 if RN_R (UFP4's calls: f64 butterflies in one thread,
+    _rowcol_kernel's), the column copy's at [1], after an RHT of 16 if RN_C) on _rowcol_kernel's
     one-lane tiling: a row's amax by halfword max.u16x2 on the words, the column RHT's
     butterflies in one thread, where the strip kernel's cross lanes. A program takes ITERS row
     tiles, the next one's words in flight, and makes two atomics. F32: x is f32 (two elements
@@ -884,11 +886,12 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
         pid_c = gl.num_programs(1) - 1 - pid_c
     if RHT_MODE == 2:
         if gl.load(AMAX_BITS + 2) > gl.load(AMAX_BITS + 1):
-            _, m_c, _ = _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C, NORM_C, BM, BK, NW, ITERS, F32, 0, False)
+            _, m_c, _ = _amax_tiles(X, SIGNS_R, SIGNS_C, C, pid_r, pid_c, RN_C, NORM_C, BM, BK, NW, ITERS, F32, 0,
+                                    False, RN_R, NORM_R)
             gl.atomic_max(AMAX_BITS + 1, m_c)
     else:
-        row, m_c, bound = _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C, NORM_C, BM, BK, NW, ITERS, F32, RHT_MODE,
-                                      True)
+        row, m_c, bound = _amax_tiles(X, SIGNS_R, SIGNS_C, C, pid_r, pid_c, RN_C, NORM_C, BM, BK, NW, ITERS, F32,
+                                      RHT_MODE, True, RN_R, NORM_R)
         gl.atomic_max(AMAX_BITS, row)
         gl.atomic_max(AMAX_BITS + 1, m_c if RN_C > 0 else row)
         if RHT_MODE == 1:
@@ -896,18 +899,20 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_C: gl.con
 
 
 @gluon.jit
-def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.constexpr, BM: gl.constexpr,
+def _amax_tiles(X, SIGNS_R, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.constexpr, BM: gl.constexpr,
                 BK: gl.constexpr, NW: gl.constexpr, ITERS: gl.constexpr, F32: gl.constexpr, RHT_MODE: gl.constexpr,
-                ROWS: gl.constexpr):
+                ROWS: gl.constexpr, RN_R: gl.constexpr, NORM_R: gl.constexpr):
     """_amax_kernel's program: (the row amax's bits if ROWS, the column copy's max |y| bits,
     RHT_MODE 1's bound on it) over its ITERS row tiles: running maxima per thread, reduced
-    across the program once (a tile at a time where F64 below says so)."""
+    across the program once (a tile at a time where F64 below says so). With a row RHT the
+    row maximum is of f32 bits (ROW_BITS), as with an f32 input."""
     H: gl.constexpr = BM // 2
     W: gl.constexpr = BK // 2
     WB: gl.constexpr = 8
     # every maximum reduced a tile with f64 butterflies (they need the registers) or an f32 input
     # (running maxima of its 64-bit words took 70-173 registers, and twice the time, session 25)
-    F64: gl.constexpr = (RN_C > 0 and RHT_MODE != 1) or F32
+    F64: gl.constexpr = (RN_C > 0 and RHT_MODE != 1) or F32 or RN_R > 0
+    ROW_BITS: gl.constexpr = F32 or RN_R > 0  # m_r holds f32 bits, not halfword pairs
     LR: gl.constexpr = _row_layout(W, WB, NW, True)
     LC: gl.constexpr = _col_layout(H, W, WB, NW, True)
     i = gl.arange(0, H, layout=gl.SliceLayout(1, gl.SliceLayout(2, LR)))[:, None, None]
@@ -925,6 +930,13 @@ def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.cons
     if RN_C > 0:
         sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float32 if RHT_MODE == 1 else gl.float64)
         sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float32 if RHT_MODE == 1 else gl.float64)
+    PRE_R: gl.constexpr = _prescaled(F32, NORM_R)
+    if RN_R > 0 and ROWS and PRE_R:  # the row RHT's signs as _rht_block takes them (_rowcol_kernel's)
+        sign_lo = gl.load(SIGNS_R + 2 * k) * NORM_R
+        sign_hi = gl.load(SIGNS_R + 2 * k + 1) * NORM_R
+    elif RN_R > 0 and ROWS:
+        sign_lo = gl.load(SIGNS_R + 2 * k).to(gl.float64)
+        sign_hi = gl.load(SIGNS_R + 2 * k + 1).to(gl.float64)
     for it in gl.static_range(ITERS):
         e = e_next
         o = o_next
@@ -932,7 +944,13 @@ def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.cons
             r1 = (t0 + it + 1) * H
             e_next = gl.load(XW + (2 * (r1 + i)) * (C // 2) + w)
             o_next = gl.load(XW + (2 * (r1 + i) + 1) * (C // 2) + w)
-        if ROWS and F32:
+        if ROWS and RN_R > 0:  # each row block rotated, its |y| bits' maximum
+            for half in gl.static_range(2):
+                lo, hi = _elems(e if half == 0 else o, F32)
+                lo, hi = _rht_block(lo, hi, sign_lo, sign_hi, NORM_R, 2, LR, PRE_R)
+                m = gl.maximum(lo.to(gl.int32, bitcast=True) & 0x7FFFFFFF, hi.to(gl.int32, bitcast=True) & 0x7FFFFFFF)
+                m_r = gl.maximum(m_r, gl.max(gl.max(gl.max(m, axis=2), axis=1), axis=0))
+        elif ROWS and F32:
             e_lo, e_hi = _abs_max_elems(e, 2, True)
             o_lo, o_hi = _abs_max_elems(o, 2, True)
             m = gl.maximum(gl.maximum(e_lo, e_hi), gl.maximum(o_lo, o_hi))
@@ -954,7 +972,7 @@ def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.cons
                 m_c = gl.maximum(m_c, gl.max(gl.max(mc, axis=1), axis=0))
     if ROWS and not F64:
         m_r = gl.max(gl.max(m_r, axis=1), axis=0) if F32 else gl.reduce(gl.reduce(m_r, 1, _max_u16x2), 0, _max_u16x2)
-    row = m_r if F32 else gl.maximum(m_r << 16, m_r & -65536)
+    row = m_r if ROW_BITS else gl.maximum(m_r << 16, m_r & -65536)
     col = m_c
     bound = 0
     if RHT_MODE == 1:  # max |S| -> max |y| = |S| / 4, exact (S is 0 or above 2^-110: no subnormal)
@@ -974,21 +992,29 @@ def _amax_tiles(X, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C: gl.cons
 # 4 warps).
 AMAX_CONFIG = Config(64, 128, 8, 4)
 AMAX_RHT_CONFIG = Config(64, 128, 4, 8)
+# With a row RHT of 16 (UFP4's calls; session 29, untimed) two tiles on 8 warps: the row's f64
+# butterflies beside the column RHT's f32 ones take 105-108 registers, no spills (Triton 3.6 and
+# 3.9), where AMAX_RHT_CONFIG's 4 warps spill 16-56 bytes and AMAX_CONFIG's 4 tiles take 176.
+AMAX_ROW_RHT_CONFIG = Config(64, 128, 8, 2)
 
 
-def amax_config(rn_c: int, rht_mode: int = 0) -> Config:
-    """_amax_kernel's tile for a column RHT of rn_c (0: none) at RHT_MODE rht_mode."""
+def amax_config(rn_c: int, rht_mode: int = 0, rn_r: int = 0) -> Config:
+    """_amax_kernel's tile for a column RHT of rn_c (0: none) at RHT_MODE rht_mode and a row RHT
+    of rn_r: AMAX_ROW_RHT_CONFIG where the row RHT runs (not the f64 fallback, RHT_MODE 2, which
+    takes no row amax), AMAX_RHT_CONFIG where a column RHT runs in f64, else AMAX_CONFIG."""
+    if rn_r and rht_mode != 2:
+        return AMAX_ROW_RHT_CONFIG
     return AMAX_RHT_CONFIG if rn_c and rht_mode != 1 else AMAX_CONFIG
 
 
 def amax_applies(x: torch.Tensor, rht: tuple, config: tuple | None = None) -> bool:
     """Whether _amax_kernel serves this row+col call's amax pass: bf16 or f32, R a multiple
-    of BM x ITERS (each launch's: `config`, else amax_config's) and C of BK, no row RHT, a
-    column RHT of 16 or none."""
-    if x.dtype not in INPUTS or rht[0] != 0 or rht[1] not in (0, 16):
+    of BM x ITERS (each launch's: `config`, else amax_config's) and C of BK, a row RHT of 16
+    or none, a column RHT of 16 or none."""
+    if x.dtype not in INPUTS or rht[0] not in (0, 16) or rht[1] not in (0, 16):
         return False
     f32 = x.dtype == torch.float32
-    configs = [config] if config else [amax_config(rht[1], m) for m in amax_modes(rht[1], f32)]
+    configs = [config] if config else [amax_config(rht[1], m, rht[0]) for m in amax_modes(rht[1], f32)]
     R, C = x.shape
     return all(R % (c.bm * c.iters) == 0 and C % c.bk == 0 for c in (Config(*c) for c in configs))
 
@@ -1012,13 +1038,14 @@ def col_rht_f32(rn_c: int, f32: bool, on: bool | None = None) -> bool:
 
 
 def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: bool = False,
-                reversed_: bool = True, rht_mode: int = 0) -> tuple[tuple, dict]:
+                reversed_: bool = True, rht_mode: int = 0, rn_r: int = 0) -> tuple[tuple, dict]:
     """(grid, constexprs) of _amax_kernel for an (R, C) input (f32: an f32 one) with a
-    column RHT of rn_c (reversed_, rht_mode: its REVERSED, RHT_MODE)."""
-    config = Config(*(config or amax_config(rn_c, rht_mode)))
+    column RHT of rn_c and a row RHT of rn_r (reversed_, rht_mode: its REVERSED, RHT_MODE);
+    its arguments (X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C)."""
+    config = Config(*(config or amax_config(rn_c, rht_mode, rn_r)))
     consts = dict(RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, BM=config.bm, BK=config.bk,
                   NW=config.warps, ITERS=config.iters, F32=f32, REVERSED=reversed_, RHT_MODE=rht_mode,
-                  num_warps=config.warps)
+                  RN_R=rn_r, NORM_R=1.0 / math.sqrt(rn_r) if rn_r else 1.0, num_warps=config.warps)
     return (R // (config.bm * config.iters), C // config.bk), consts
 
 
@@ -1100,16 +1127,16 @@ def grid(R: int, C: int, config: tuple = CONFIG, sms: int = 132) -> tuple:
     return (R // (config.bm * config.iters), cols)
 
 
-def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False, rht_mode: int = 0):
+def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False, rht_mode: int = 0, rn_r: int = 0):
     """_amax_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    _, consts = amax_launch(1, 1, rn_c, config, f32, rht_mode=rht_mode)
+    _, consts = amax_launch(1, 1, rn_c, config, f32, rht_mode=rht_mode, rn_r=rn_r)
     warps = consts.pop("num_warps")
     fn = _amax_kernel
-    sig = dict(X="*fp32" if f32 else "*bf16", AMAX_BITS="*i32", SIGNS_C="*fp32", R="i32", C="i32",
+    sig = dict(X="*fp32" if f32 else "*bf16", AMAX_BITS="*i32", SIGNS_R="*fp32", SIGNS_C="*fp32", R="i32", C="i32",
                **{k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("X", "R", "C")}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)

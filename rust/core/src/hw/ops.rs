@@ -199,8 +199,9 @@ const STRIP_ITERS: u32 = 4;
 /// in L2, 128 x 128 tiles for RTNE calls without an RHT) is priced as 21: timed on an H100 at
 /// 0.91-0.99 of 21's time (kernels-h200.md), its factor waits for a training run that records it.
 /// Revision 23 (session 29: rowcol_gluon.py takes UFP4's calls, a row and a column RHT
-/// together, which ran strip.py; a bf16 input's RHT of 16 with the signs and norm in f32) is
-/// priced as 21 likewise: UFP4's calls are priced as strip.py's until a run records them.
+/// together, and their amax pass, which ran strip.py; a bf16 input's RHT of 16 with the signs
+/// and norm in f32) is priced as 21 likewise: UFP4's calls are priced as strip.py's until a
+/// run records them.
 pub const QUANT_REV: u32 = 23;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
