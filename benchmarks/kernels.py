@@ -69,7 +69,8 @@ def table():
               f"{(g.get('vs_cublas_bf16') or 0):.0%} bf16")
     for key in ("qlinear", "qlinear_graphed"):
         for lrow in RES.get(key, []):
-            print(f"  {key}", lrow["shape"], {k: round(v["ratio"], 3) for k, v in lrow.items() if isinstance(v, dict)})
+            print(f"  {key}", lrow["shape"], {k: round(v.get("ratio_median", v["ratio"]), 3) for k, v in lrow.items()
+                                              if isinstance(v, dict)})
     for lrow in RES["linear"]:
         print("  L", lrow["shape"], {k: round(v["ratio"], 3) for k, v in lrow.items() if isinstance(v, dict)})
     print("checks:", [(c["what"], c["ok"]) for c in RES["checks"]])
@@ -83,6 +84,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="qlinear_graphed, strip_gather, rowcol_gluon, amax_pass, amax_calls: samples "
                     "of every shape, "
                     "in turn")
+    ap.add_argument("--interleave", type=int, default=0, help="qlinear_graphed: also K rounds of the BF16 layer "
+                    "then each recipe's, and the median of the K ratios")
     ap.add_argument("--rowcol-pin", action="store_true", help="qlinear_graphed: also time each recipe with "
                     "quantize_rowcol pinned to the strip kernel (the Gluon route's effect)")
     ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "

@@ -25,14 +25,21 @@ RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [
              "linear": [], "checks": [], "errors": [], "notes": []}
 # the command line; kernels.py main() fills it in place, so modules may import it by name
 ARGS = argparse.Namespace(budget=240.0, only="", repeat=1, rowcol_pin=False, variants="", shapes="", list=False,
-                          default_tiles=False, tiles="")
+                          default_tiles=False, tiles="", interleave=0, quant_override="")
 
 
 def parse_overrides(text: str) -> dict:
-    """'a=1,b=True' -> {'a': 1, 'b': True} (quantize.CONFIG_OVERRIDE entries); a value that is
-    no Python literal stays a string."""
+    """'a=1,b=True,c=(64, 128, 8, 1)' -> {'a': 1, 'b': True, 'c': (64, 128, 8, 1)}
+    (quantize.CONFIG_OVERRIDE entries; commas inside brackets belong to the value); a value that
+    is no Python literal stays a string."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
     out = {}
-    for item in filter(None, text.split(",")):
+    for item in filter(str.strip, items):
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"{item!r} is not KEY=VALUE")

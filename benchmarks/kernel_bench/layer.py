@@ -220,7 +220,10 @@ def cuda_graphed(fn):
 def qlinear_graphed():
     """qlinear_bench with both layers captured in CUDA graphs, as the trainer runs its steps
     (fourcast/train/graphs.py): the layer's seeds in device memory (StepSeeds), no Python
-    per launch. The ratio is then GPU work against GPU work."""
+    per launch. The ratio is then GPU work against GPU work. --interleave K: also K rounds of
+    the BF16 layer then the recipe's, each timed briefly, and the median of the K ratios: the
+    BF16 layer's time moved by up to 27% within one call on an H100 (session 29) while the FP4
+    layers' held within 4%, so a ratio to one BF16 timing carries that noise."""
     if SMOKE:
         return  # graphs need CUDA
     from fourcast import nn as fcnn
@@ -244,11 +247,16 @@ def qlinear_graphed():
             step = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
             step()
             fcnn.set_step(layer, 1)  # the steady state, captured
-            t = ms(cuda_graphed(step), rep=50)
+            graph = cuda_graphed(step)
+            t = ms(graph, rep=50)
             # The captured nn.Linear moves by up to 15% between calls (kernels-h200.md, session 10):
             # each recipe also gets a baseline timed right after it, and the ratio to that one.
             t_next = ms(base_graph, rep=50)
             row[f"{name} fused"] = dict(ms=t, ratio=t / t0, bf16_next_ms=t_next, ratio_next=t / t_next)
+            if ARGS.interleave:
+                pairs = [(ms(base_graph, rep=20), ms(graph, rep=20)) for _ in range(ARGS.interleave)]
+                ratios = sorted(q / b for b, q in pairs)
+                row[f"{name} fused"].update(interleaved_ms=pairs, ratio_median=ratios[len(ratios) // 2])
             t = ms(step, rep=50)  # the same layer, launched from Python (against the graphed bf16)
             row[f"{name} fused eager"] = dict(ms=t, ratio=t / t0)
             if ARGS.rowcol_pin:  # the same graphed step with every row+col call on the strip kernel

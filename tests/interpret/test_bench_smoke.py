@@ -93,3 +93,15 @@ def test_a_misspelt_section_is_an_error(tmp_path):
 def test_bad_shapes_are_an_error(tmp_path):
     proc = run(tmp_path, "--only", "quant_checks", "--shapes", "32768x768,2304", timeout=300)
     assert proc.returncode == 2 and "not a list of RxC shapes" in proc.stderr
+
+
+@pytest.mark.interpret
+def test_quant_overrides_reach_the_run_and_bad_ones_are_an_error(tmp_path):
+    """--quant-override: KEY=VALUE entries (a bracketed value keeps its commas) recorded in the
+    run's meta; an entry without "=" stops the run before it starts."""
+    proc = run(tmp_path, "--only", "meta", "--quant-override", "amax_gluon=(64, 128, 8, 1),rowcol=strip", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    meta = json.loads((tmp_path / "kernels-h200.json").read_text())["meta"]
+    assert meta["quant_override"] == {"amax_gluon": "(64, 128, 8, 1)", "rowcol": "'strip'"}
+    proc = run(tmp_path, "--only", "meta", "--quant-override", "rowcol", timeout=300)
+    assert proc.returncode == 2 and "'rowcol' is not KEY=VALUE" in proc.stderr

@@ -1045,7 +1045,8 @@ def amax_launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: boo
     config = Config(*(config or amax_config(rn_c, rht_mode, rn_r)))
     consts = dict(RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, BM=config.bm, BK=config.bk,
                   NW=config.warps, ITERS=config.iters, F32=f32, REVERSED=reversed_, RHT_MODE=rht_mode,
-                  RN_R=rn_r, NORM_R=1.0 / math.sqrt(rn_r) if rn_r else 1.0, num_warps=config.warps)
+                  RN_R=rn_r, NORM_R=1.0 / math.sqrt(rn_r) if rn_r else 1.0, num_warps=config.warps,
+                  **({"maxnreg": config.maxnreg} if config.maxnreg else {}))
     return (R // (config.bm * config.iters), C // config.bk), consts
 
 
@@ -1135,12 +1136,14 @@ def compile_amax_sm90(rn_c: int, config: tuple | None = None, f32: bool = False,
 
     _, consts = amax_launch(1, 1, rn_c, config, f32, rht_mode=rht_mode, rn_r=rn_r)
     warps = consts.pop("num_warps")
+    maxnreg = consts.pop("maxnreg", None)
     fn = _amax_kernel
     sig = dict(X="*fp32" if f32 else "*bf16", AMAX_BITS="*i32", SIGNS_R="*fp32", SIGNS_C="*fp32", R="i32", C="i32",
                **{k: "constexpr" for k in consts})
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("X", "R", "C")}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
+    options = dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, xhat_r: bool = False,
