@@ -34,7 +34,9 @@ NVFP4 codes from 0.78-0.80x the strip kernel's time to 0.66x, the X call from 0.
 0.68x and the dY call ("sr16", both copies decoded) from 1.10-1.14x to 0.93-0.94x; in one run
 the layouts alone gave 0.76x -> 0.66x, 0.77x -> 0.68x and 1.08x -> 0.95x (a group's Philox is
 drawn once, not on both lanes that shared it). TE's calls with a column RHT of 16 run 0.60-0.63x
-the strip kernel's time.
+the strip kernel's time. UFP4's calls carry a row and a column RHT of 16: both in one thread
+(session 28-29; the layer 1.37-1.64x -> 1.12-1.37x BF16 in one run). A bf16 input's RHT takes its
+signs and 1 / 4 in f32 before the f64 butterflies (_rht_block PRE: the same bits, 0.87-0.98x).
 
 The arithmetic is quantize.py's (_tensor_scales, _block_scales, _quant_elems, written to
 serve both frontends), so codes, scale bytes, tensor scales and x_hat equal
@@ -58,7 +60,9 @@ it ahead of either quantizer where `amax_applies` (the strip kernel's calls with
 rotated column, TE's dY call, too). A bf16 input's column RHT runs in f32 where that is exact
 (most blocks) and bounds the rest; a second launch redoes the column amax in f64 only when a
 bound exceeds the exact blocks' max (session 25: the RHT's pass 99.7 -> 67 us at 8192^2 on an
-H100, the same bits). Its programs run in the reverse of the quantizer's launch order.
+H100, the same bits). A row RHT of 16 (UFP4's calls) runs in f64 there, in one thread as the
+quantizer's (session 29: UFP4's calls measuring their amax 0.75-0.79x on strip.py's pass). Its
+programs run in the reverse of the quantizer's launch order.
 
 A program takes one row tile (the default), several unrolled with the next one's words in
 flight, or (session 24) several in a loop that is not unrolled: a fixed count or a grid-stride
