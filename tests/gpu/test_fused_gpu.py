@@ -346,10 +346,11 @@ def test_rowcol_gluon_row_rht_and_mixed_rounding_equal_reference(name, n, kind, 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_rowcol_gluon_row_and_column_rht_equal_reference(name, kind, dtype):
     """A row and a column RHT of 16 in one call (UFP4's X, W and dY calls), on the Gluon
-    kernel (first passed on an H100 in session 29): both packed
-    (RTNE; "sr16" past 2^32), the X call (row decoded, column packed, RTNE) and the dY call
-    (both decoded, "sr16"), amax given or measured, bit for bit against the reference with NaN
-    and an infinity in blocks; bf16 and f32 inputs."""
+    kernel (passed on an H100 in session 29; the W call's check was added after, not yet run on
+    a GPU): both packed (RTNE; "sr16" past 2^32), the X call (row decoded, column packed, RTNE),
+    the W call (both decoded, RTNE) and the dY call (both decoded, "sr16"), amax given or
+    measured, bit for bit against the reference with NaN and an infinity in blocks; bf16 and
+    f32 inputs."""
     _hopper()
     from fourcast.kernels import ops
 
@@ -375,13 +376,14 @@ def test_rowcol_gluon_row_and_column_rht_equal_reference(name, kind, dtype):
     assert torch.equal(testing.bits(dec.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
     assert testing.packed_diff(col, ref.quantize(good, f, axis=0, rht=rht_c, tensor_amax=amax_c)) == []
     off = 2**32 + 32
-    row, col = ops.rowcol_operands(good, f, rounding="sr16", seed=9, offset=off, rht=rht_r, rht_col=rht_c,
-                                   tensor_amax=amax_r, tensor_amax_col=amax_c, outputs=("decoded", "decoded"))
-    want_r = ref.quantize(good, f, rounding="sr16", seed=9, offset=off, rht=rht_r, tensor_amax=amax_r)
-    want_c = ref.quantize(good, f, axis=0, rounding="sr16", seed=9, offset=off + x.numel(), rht=rht_c,
-                          tensor_amax=amax_c)
-    assert torch.equal(testing.bits(row.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
-    assert torch.equal(testing.bits(col.values), testing.bits(testing.dequantize_unscaled(want_c, torch.bfloat16)))
+    for r in ("rtne", "sr16"):  # the W call (RTNE: 80 registers for a bf16 input) and the dY call, both decoded
+        row, col = ops.rowcol_operands(good, f, rounding=r, seed=9, offset=off, rht=rht_r, rht_col=rht_c,
+                                       tensor_amax=amax_r, tensor_amax_col=amax_c, outputs=("decoded", "decoded"))
+        want_r = ref.quantize(good, f, rounding=r, seed=9, offset=off, rht=rht_r, tensor_amax=amax_r)
+        want_c = ref.quantize(good, f, axis=0, rounding=r, seed=9, offset=off + x.numel(), rht=rht_c,
+                              tensor_amax=amax_c)
+        assert torch.equal(testing.bits(row.values), testing.bits(testing.dequantize_unscaled(want_r, torch.bfloat16)))
+        assert torch.equal(testing.bits(col.values), testing.bits(testing.dequantize_unscaled(want_c, torch.bfloat16)))
 
 
 @pytest.mark.parametrize("name", ["mxfp4", "ufp4-int4"])
