@@ -43,39 +43,37 @@ def scale_l2_calls(x):
                 x, nv, nv, "sr16", "sr16", 1, 0, None, None, amax, amax))))
 
 
-def rht_calls(x):
-    """(name, call): the row+col calls with an RHT of 16 (rowcol_gluon): TE's X call (a column
-    RHT), TE's packed codes and dY call, and UFP4's X, W and dY calls (a row and a column RHT)."""
-    nv, uf = F["nvfp4"], F["ufp4"]
-    amax = x.abs().amax().float()
+def _rotated(x, fmt, outputs, rounding="rtne", row_rht=False, amax=None):
+    """An ops.rowcol_operands call on x with a column RHT of 16 (TE's signs) and, if row_rht, a
+    row RHT of 16 (per-layer signs); amax None: measured by the amax pass."""
     s16 = (16, ref.rht_signs(16, "te").to(x.device))
-    r16 = (16, ref.rht_signs(16, "per-layer", 5).to(x.device))
+    r16 = (16, ref.rht_signs(16, "per-layer", 5).to(x.device)) if row_rht else None
+    return lambda: ops.rowcol_operands(x, fmt, rounding=rounding, seed=1, rht=r16, rht_col=s16, tensor_amax=amax,
+                                       tensor_amax_col=amax, outputs=outputs)
 
-    def rowcol(fmt, outputs, rounding="rtne", rht=None):
-        return lambda: ops.rowcol_operands(x, fmt, rounding=rounding, seed=1, rht=rht, rht_col=s16, tensor_amax=amax,
-                                           tensor_amax_col=amax, outputs=outputs)
 
-    return (("TE X: decoded row + packed col, col RHT16", rowcol(nv, ("decoded", "packed"))),
-            ("TE codes, col RHT16", rowcol(nv, ("packed", "packed"))),
-            ("TE dY: col RHT16, SR16", rowcol(nv, ("packed", "packed"), "sr16")),
-            ("UFP4 X: row + col RHT16", rowcol(uf, ("decoded", "packed"), rht=r16)),
-            ("UFP4 W: row + col RHT16, both decoded", rowcol(uf, ("decoded", "decoded"), rht=r16)),
-            ("UFP4 dY: row + col RHT16, SR16", rowcol(uf, ("decoded", "decoded"), "sr16", rht=r16)))
+def rht_calls(x):
+    """(name, call): the row+col calls with an RHT of 16 (rowcol_gluon), amax given: TE's X call
+    (a column RHT), TE's packed codes and dY call, and UFP4's X, W and dY calls (a row and a
+    column RHT)."""
+    nv, uf = F["nvfp4"], F["ufp4"]
+    a = x.abs().amax().float()
+    dec, pk = "decoded", "packed"
+    return (("TE X: decoded row + packed col, col RHT16", _rotated(x, nv, (dec, pk), amax=a)),
+            ("TE codes, col RHT16", _rotated(x, nv, (pk, pk), amax=a)),
+            ("TE dY: col RHT16, SR16", _rotated(x, nv, (pk, pk), "sr16", amax=a)),
+            ("UFP4 X: row + col RHT16", _rotated(x, uf, (dec, pk), row_rht=True, amax=a)),
+            ("UFP4 W: row + col RHT16, both decoded", _rotated(x, uf, (dec, dec), row_rht=True, amax=a)),
+            ("UFP4 dY: row + col RHT16, SR16", _rotated(x, uf, (dec, dec), "sr16", row_rht=True, amax=a)))
 
 
 def ufp4_amax_calls(x):
     """(name, call): UFP4's X, W and dY calls (a row and a column RHT of 16) measuring their
     amax (the recipe's tensor scale refreshed every step): the amax pass, then the quantizer."""
-    uf = F["ufp4"]
-    s16 = (16, ref.rht_signs(16, "te").to(x.device))
-    r16 = (16, ref.rht_signs(16, "per-layer", 5).to(x.device))
-
-    def rowcol(outputs, rounding="rtne"):
-        return lambda: ops.rowcol_operands(x, uf, rounding=rounding, seed=1, rht=r16, rht_col=s16, outputs=outputs)
-
-    return (("UFP4 X, amax measured", rowcol(("decoded", "packed"))),
-            ("UFP4 W, amax measured", rowcol(("decoded", "decoded"))),
-            ("UFP4 dY, amax measured, SR16", rowcol(("decoded", "decoded"), "sr16")))
+    uf, dec = F["ufp4"], "decoded"
+    return (("UFP4 X, amax measured", _rotated(x, uf, (dec, "packed"), row_rht=True)),
+            ("UFP4 W, amax measured", _rotated(x, uf, (dec, dec), row_rht=True)),
+            ("UFP4 dY, amax measured, SR16", _rotated(x, uf, (dec, dec), "sr16", row_rht=True)))
 
 
 SETS = {"scale_l2": scale_l2_calls, "rht": rht_calls, "ufp4_amax": ufp4_amax_calls}
