@@ -105,3 +105,22 @@ def test_quant_overrides_reach_the_run_and_bad_ones_are_an_error(tmp_path):
     assert meta["quant_override"] == {"amax_gluon": "(64, 128, 8, 1)", "rowcol": "'strip'"}
     proc = run(tmp_path, "--only", "meta", "--quant-override", "rowcol", timeout=300)
     assert proc.returncode == 2 and "'rowcol' is not KEY=VALUE" in proc.stderr
+
+
+@pytest.mark.interpret
+def test_wheel_ab_sets_run_on_the_cpu(tmp_path):
+    """benchmarks/wheel_ab.py's call sets through the CPU path (the GPU times them): every call
+    runs, its bytes' checksum repeats, and an unknown set is refused with the usage line."""
+    code = ("import json, torch, wheel_ab as w\n"
+            "x = torch.randn(128, 256, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)\n"
+            "sums = lambda s: [w.checksum(fn()) for _, fn in w.SETS[s](x)]\n"
+            "print(json.dumps({s: (sums(s), sums(s)) for s in w.SETS}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "benchmarks", capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(got) == {"scale_l2", "rht", "ufp4_amax"}
+    assert all(a == b and len(a) >= 3 and len(set(a)) == len(a) for a, b in got.values()), got
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/wheel_ab.py"), "nosuchset"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1 and "SET one of scale_l2, rht, ufp4_amax" in proc.stderr
