@@ -319,6 +319,14 @@ def test_rowcol_gluon_f32_input_equals_reference(name, rounding, rn_c, kind):
         assert testing.packed_diff(col, ref.quantize(good, f, axis=0, rht=rht_c)) == []
 
 
+def _with_nonfinite(x):
+    """x (512 x 640) with a NaN at (77, 5) and an infinity at (300, 600): a block of each copy
+    non-finite."""
+    x[77, 5] = float("nan")
+    x[300, 600] = float("inf")
+    return x
+
+
 @pytest.mark.parametrize("name,n", [("mxfp4", 32), ("mxfp4-rceil", 32), ("nvfp4", 16), ("e1m2-mx16", 16)])
 @pytest.mark.parametrize("kind", ["heavy", "huge", "tiny"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -330,9 +338,7 @@ def test_rowcol_gluon_row_rht_and_mixed_rounding_equal_reference(name, n, kind, 
     _hopper()
     f = F[name]
     spec = qk.parse_fmt(f)
-    x = testing.make_input(kind, (512, 640), dtype, DEV, seed=47, fmt=f)
-    x[77, 5] = float("nan")
-    x[300, 600] = float("inf")
+    x = _with_nonfinite(testing.make_input(kind, (512, 640), dtype, DEV, seed=47, fmt=f))
     rht_r = (n, ref.rht_signs(n, "per-layer", 3).to(DEV))
     for r_r, r_c, rot in (("rtne", "sr16", rht_r), ("sr16", "sr16", None), ("rtne", "rtne", rht_r), ("rtne", "rtne", None)):
         plan = qk._rowcol_plan(x, spec, r_r, r_c, rot[0] if rot else 0, 0, (True, True), (False, False), False,
@@ -356,9 +362,7 @@ def test_rowcol_gluon_row_and_column_rht_equal_reference(name, kind, dtype):
 
     f = F[name]
     spec = qk.parse_fmt(f)
-    x = testing.make_input(kind, (512, 640), dtype, DEV, seed=53, fmt=f)
-    x[77, 5] = float("nan")
-    x[300, 600] = float("inf")
+    x = _with_nonfinite(testing.make_input(kind, (512, 640), dtype, DEV, seed=53, fmt=f))
     rht_r = (16, ref.rht_signs(16, "per-layer", 5).to(DEV))
     rht_c = (16, ref.rht_signs(16, "per-layer", 6).to(DEV))
     for r in ("rtne", "sr16"):

@@ -397,6 +397,16 @@ def _rht_block(ye, yo, sign_e, sign_o, NORM: gl.constexpr, AXIS: gl.constexpr, L
 
 
 @gluon.jit
+def _rht_signs(ptrs, NORM: gl.constexpr, PRE: gl.constexpr):
+    """An RHT's f32 signs at ptrs as _rht_block takes them: times NORM in f32 (PRE), else f64."""
+    if PRE:
+        signs = gl.load(ptrs) * NORM
+    else:
+        signs = gl.load(ptrs).to(gl.float64)
+    return signs
+
+
+@gluon.jit
 def _butterflies(a, b, AXIS: gl.constexpr):
     """The RHT's butterflies on a block's signed even (a) and odd (b) elements, in their dtype:
     stage 1 pairs a with b, the later stages pair along AXIS (_rht_block's order)."""
@@ -653,12 +663,8 @@ def _tile(e, o, r0, tile_max, tile_max_c, CODES_R, SCALES_R, XHAT_R, CODES_C, SC
             e_lo, o_lo, e_hi, o_hi, unproven = _rht16_col_f32(ec, oc, e_lo, e_hi, o_lo, o_hi, sign_e, sign_o)
         else:
             PRE_C: gl.constexpr = _prescaled(F32, NORM_C)
-            if PRE_C:  # _rht_block's signs: times the norm in f32, else f64
-                sign_e = gl.load(SIGNS_C + 2 * p) * NORM_C
-                sign_o = gl.load(SIGNS_C + 2 * p + 1) * NORM_C
-            else:
-                sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float64)
-                sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float64)
+            sign_e = _rht_signs(SIGNS_C + 2 * p, NORM_C, PRE_C)
+            sign_o = _rht_signs(SIGNS_C + 2 * p + 1, NORM_C, PRE_C)
             e_lo, o_lo = _rht_block(e_lo, o_lo, sign_e, sign_o, NORM_C, 1, LC, PRE_C)
             e_hi, o_hi = _rht_block(e_hi, o_hi, sign_e, sign_o, NORM_C, 1, LC, PRE_C)
         m_lo = _abs_max_col(e_lo, o_lo)
@@ -802,12 +808,9 @@ def _rowcol_kernel(X, CODES_R, SCALES_R, XHAT_R, CODES_C, SCALES_C, XHAT_C, AMAX
     t0 = pid_r * ITERS
     tile_max = 0
     tile_max_c = 0  # the column copy's, where an RHT makes it differ
-    if RN_R > 0 and _prescaled(F32, NORM_R):  # word k of a row block holds its elements 2k and 2k + 1: their
-        sign_lo = gl.load(SIGNS_R + 2 * k) * NORM_R  # signs, as _rht_block takes them
-        sign_hi = gl.load(SIGNS_R + 2 * k + 1) * NORM_R
-    elif RN_R > 0:
-        sign_lo = gl.load(SIGNS_R + 2 * k).to(gl.float64)
-        sign_hi = gl.load(SIGNS_R + 2 * k + 1).to(gl.float64)
+    if RN_R > 0:  # word k of a row block holds its elements 2k and 2k + 1: their signs
+        sign_lo = _rht_signs(SIGNS_R + 2 * k, NORM_R, _prescaled(F32, NORM_R))
+        sign_hi = _rht_signs(SIGNS_R + 2 * k + 1, NORM_R, _prescaled(F32, NORM_R))
     else:
         sign_lo = 0.0
         sign_hi = 0.0
@@ -935,12 +938,9 @@ def _amax_tiles(X, SIGNS_R, SIGNS_C, C, pid_r, pid_c, RN_C: gl.constexpr, NORM_C
         sign_e = gl.load(SIGNS_C + 2 * p).to(gl.float32 if RHT_MODE == 1 else gl.float64)
         sign_o = gl.load(SIGNS_C + 2 * p + 1).to(gl.float32 if RHT_MODE == 1 else gl.float64)
     PRE_R: gl.constexpr = _prescaled(F32, NORM_R)
-    if RN_R > 0 and ROWS and PRE_R:  # the row RHT's signs as _rht_block takes them (_rowcol_kernel's)
-        sign_lo = gl.load(SIGNS_R + 2 * k) * NORM_R
-        sign_hi = gl.load(SIGNS_R + 2 * k + 1) * NORM_R
-    elif RN_R > 0 and ROWS:
-        sign_lo = gl.load(SIGNS_R + 2 * k).to(gl.float64)
-        sign_hi = gl.load(SIGNS_R + 2 * k + 1).to(gl.float64)
+    if RN_R > 0 and ROWS:  # the row RHT's signs (_rowcol_kernel's)
+        sign_lo = _rht_signs(SIGNS_R + 2 * k, NORM_R, PRE_R)
+        sign_hi = _rht_signs(SIGNS_R + 2 * k + 1, NORM_R, PRE_R)
     for it in gl.static_range(ITERS):
         e = e_next
         o = o_next
