@@ -5,12 +5,14 @@ session 28's runs drew x unseeded, so theirs do not compare). Sets: "scale_l2" (
 scale byte stores' L2 policy in quantize.py's and strip.py's kernels), "rht" (session 29: the
 rotated calls of TE's and UFP4's recipes on rowcol_gluon), "ufp4_amax" (UFP4's calls measuring
 their amax). KEY=VALUE arguments set quantize.CONFIG_OVERRIDE entries for the run, so one wheel
-can time two routes in turns (amax=strip: strip.py's amax pass).
+can time two routes in turns (amax=strip: strip.py's amax pass; amax_row_rht_f32=True: the
+amax pass's row RHT in f32, session 30).
 
     for w in a b a b; do pip install --no-deps --force-reinstall .devwheel/$w/*.whl
         python3 benchmarks/wheel_ab.py rht $w; done
     for i in 1 2; do python3 benchmarks/wheel_ab.py ufp4_amax gluon
-        python3 benchmarks/wheel_ab.py ufp4_amax strip amax=strip; done
+        python3 benchmarks/wheel_ab.py ufp4_amax strip amax=strip
+        python3 benchmarks/wheel_ab.py ufp4_amax rowf32 amax_row_rht_f32=True; done
 """
 
 from __future__ import annotations

@@ -143,11 +143,13 @@ AMAX_DTYPES = (torch.bfloat16, torch.float32)  # f32: a LayerNorm's output under
 def amax_pass():
     """The two-level formats' amax pass of a row+col call alone (launcher.run, do_bench
     medians of --repeat interleaved samples): strip._strip_amax_kernel against
-    rowcol_gluon._amax_kernel at AMAX_TILES, without and with a column RHT of 16 (a bf16
-    input's RHT both in f64, RHT_MODE 0, and in f32 then the gated f64 fallback, the default:
-    modes 1 and 2, mode 1 at each tile; and mode 1 alone, which shows what the fallback's
-    launch costs), at the quantizer shapes and the 125M model's X/dY shapes; the kernels' amax
-    bits compared (mode 1 alone's only where it needed no fallback). Summary: RES["amax_pass"]."""
+    rowcol_gluon._amax_kernel at AMAX_TILES, without an RHT, with a column RHT of 16 (TE's) and
+    with a row and a column RHT of 16 (UFP4's). A bf16 input's column RHT both in f64 (RHT_MODE
+    0) and in f32 then the gated f64 fallback, the default (modes 1 and 2, mode 1 at each tile;
+    and mode 1 alone, which shows what the fallback's launch costs); UFP4's row RHT in f64 (the
+    default) and in f32 ("row f32": AMAX_ROW_RHT_F32's variant, at each tile). At the quantizer
+    shapes and the 125M model's X/dY shapes; the kernels' amax bits compared (mode 1 alone's
+    only where it needed no fallback). Summary: RES["amax_pass"]."""
     if SMOKE:
         return
     from fourcast.kernels import rowcol_gluon as rg
@@ -155,66 +157,67 @@ def amax_pass():
 
     nv = qk.parse_fmt(F["nvfp4"])
     s16 = ref.rht_signs(16, "te").to(DEV).float()
+    r16 = ref.rht_signs(16, "per-layer", 5).to(DEV).float()
     summary = RES.setdefault("amax_pass", [])
     for shape, dtype in [(s, d) for s in AMAX_SHAPES for d in AMAX_DTYPES]:
         x = rand(shape, dtype)
         R, C = shape
         f32 = dtype == torch.float32
-        for rn_c in (0, 16):
+        for rn_r, rn_c in ((0, 0), (0, 16), (16, 16)):
             dummy = torch.zeros(1, device=DEV)
-            signs = s16 if rn_c else dummy
+            signs_c, signs_r = (s16 if rn_c else dummy), (r16 if rn_r else dummy)
             qk.CONFIG_OVERRIDE["amax"] = "strip"
             try:
-                (_, g0, c0), = qk._rowcol_plan(x, nv, "rtne", "rtne", 0, rn_c, (True, True), (False, False), False,
-                                               True, False)["amax"]
+                (_, g0, c0), = qk._rowcol_plan(x, nv, "rtne", "rtne", rn_r, rn_c, (True, True), (False, False),
+                                               False, True, False)["amax"]
             finally:
                 qk.CONFIG_OVERRIDE.pop("amax", None)
             # each variant: its launches (kernel, grid, arguments given the amax words, constexprs)
-            runs = {"strip": [(strip._strip_amax_kernel, g0, lambda b: (x, b, dummy, signs, R, C), c0)]}
+            args = (lambda b: (x, b, signs_r, signs_c, R, C))
+            runs = {"strip": [(strip._strip_amax_kernel, g0, args, c0)]}
 
-            def gluon(tile, mode):
-                return (rg._amax_kernel, *_amax_grid_args(rg, R, C, rn_c, tile, f32, mode, x, signs))
+            def gluon(tile, mode, row_f32=False):
+                grid, consts = rg.amax_launch(R, C, rn_c, tile, f32, rht_mode=mode, rn_r=rn_r, row_f32=row_f32)
+                return rg._amax_kernel, grid, args, consts
 
+            two = rg.amax_modes(rn_c, f32) == (1, 2)
             for tile in AMAX_TILES:
-                if rg.amax_applies(x, (0, rn_c), tile):
+                if rg.amax_applies(x, (rn_r, rn_c), tile):
                     runs[tile] = [gluon(tile, 0)]
-                    if rg.amax_modes(rn_c, f32) == (1, 2):
+                    if two:
                         runs[f"{tile} f32"] = [gluon(tile, 1), gluon(None, 2)]
-            if rg.amax_applies(x, (0, rn_c)) and rg.amax_modes(rn_c, f32) == (1, 2):
+                    if two and rn_r:
+                        runs[f"{tile} row f32"] = [gluon(tile, 1, True), gluon(None, 2, True)]
+            if rg.amax_applies(x, (rn_r, rn_c)) and two:
                 runs["f32 alone"] = [gluon(None, 1)]
             bits = {}
             for name, launches in runs.items():
                 bits[name] = _run_amax(launches).tolist()
-            exact = {k: v for k, v in bits.items() if k != "f32 alone" or v[2] <= v[1]}
-            RES["checks"].append(dict(what=f"amax pass {shape} {dtype} rht {rn_c}: gluon bits = strip's",
+            exact = {k: v for k, v in bits.items() if k != "f32 alone" or v[2] <= v[1] and v[3] <= v[0]}
+            RES["checks"].append(dict(what=f"amax pass {shape} {dtype} rht {rn_r},{rn_c}: gluon bits = strip's",
                                       ok=all(v[:2] == bits["strip"][:2] for v in exact.values())))
             times = {}
             for sample in range(ARGS.repeat):
                 if left() < 10:
                     return
                 for name, launches in runs.items():
-                    b = torch.zeros(3, dtype=torch.int32, device=DEV)
+                    b = torch.zeros(4, dtype=torch.int32, device=DEV)
                     times.setdefault(name, []).append(ms(lambda: _run_amax(launches, b)))
             med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
             for k, t in med.items():
                 gbs = R * C * x.element_size() / (t * 1e-3) / 1e9
-                summary.append(dict(shape="x".join(map(str, shape)), dtype=str(dtype), rht=rn_c, variant=str(k),
-                                    median_ms=t, samples_ms=times[k], vs_strip=t / med["strip"], read_gbs=gbs))
-                log(f"amax pass {shape} {dtype} rht {rn_c} {k}: {t * 1e3:.1f} us ({gbs:.0f} GB/s), "
+                summary.append(dict(shape="x".join(map(str, shape)), dtype=str(dtype), rht=rn_c, row_rht=rn_r,
+                                    variant=str(k), median_ms=t, samples_ms=times[k], vs_strip=t / med["strip"],
+                                    read_gbs=gbs))
+                log(f"amax pass {shape} {dtype} rht {rn_r},{rn_c} {k}: {t * 1e3:.1f} us ({gbs:.0f} GB/s), "
                     f"{t / med['strip']:.2f}x strip")
         del x
         save()
 
 
-def _amax_grid_args(rg, R, C, rn_c, tile, f32, mode, x, signs):
-    """(grid, arguments given the amax words, constexprs) of one _amax_kernel launch."""
-    grid, consts = rg.amax_launch(R, C, rn_c, tile, f32, rht_mode=mode)
-    return grid, lambda b: (x, b, signs, signs, R, C), consts  # SIGNS_R unread: no row RHT
-
-
 def _run_amax(launches, b=None):
     """An amax pass's launches in turn on the amax words b (fresh zeros if None): b."""
-    b = torch.zeros(3, dtype=torch.int32, device=DEV) if b is None else b
+    b = torch.zeros(4, dtype=torch.int32, device=DEV) if b is None else b
     for fn, grid, args, consts in launches:
         launcher.run(fn, grid, args(b), consts)
     return b

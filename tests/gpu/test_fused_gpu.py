@@ -426,17 +426,20 @@ def test_rowcol_gluon_mxfp4_recipe_calls(name):
                                testing.bits(testing.dequantize_unscaled(want(0, "sr16", None), x.dtype))), outs
 
 
-@pytest.mark.parametrize("rn_r,rn_c", [(0, 0), (0, 16), (16, 16)])
+@pytest.mark.parametrize("rn_r,rn_c,row_f32", [(0, 0, None), (0, 16, None), (16, 16, False), (16, 16, True)])
 @pytest.mark.parametrize("kind", ["heavy", "huge", "tiny", "zeros"])
 @pytest.mark.parametrize("amax_cfg", [None, (64, 128, 4, 8), (64, 128, 8, 2)])
-def test_rowcol_gluon_amax_pass_equals_strip(rn_r, rn_c, kind, amax_cfg, monkeypatch):
+def test_rowcol_gluon_amax_pass_equals_strip(rn_r, rn_c, row_f32, kind, amax_cfg, monkeypatch):
     """rowcol_gluon's amax pass (the default for nvfp4's row+col calls on sm_90, and UFP4's with
-    a row and a column RHT) records the bits strip.py's does, row copy and rotated column copy,
-    with NaN and infinities in the input too (a NaN amax is NaN from both; its payload is not
-    defined: strip.py's pass, with a column RHT, gave 0x7fff0000 for the row copy where this one
-    gives 0x7fc00000, session 18); the call's codes and scales are the reference's either way."""
+    a row and a column RHT, the row RHT in f64 or in f32 with its fallback: row_f32) records the
+    bits strip.py's does, row copy and rotated column copy, with NaN and infinities in the input
+    too (a NaN amax is NaN from both; its payload is not defined: strip.py's pass, with a column
+    RHT, gave 0x7fff0000 for the row copy where this one gives 0x7fc00000, session 18); the
+    call's codes and scales are the reference's either way."""
     _hopper()
     f = F["ufp4" if rn_r else "nvfp4"]
+    if row_f32 is not None:
+        monkeypatch.setitem(qk.CONFIG_OVERRIDE, "amax_row_rht_f32", row_f32)
     if amax_cfg:
         monkeypatch.setitem(qk.CONFIG_OVERRIDE, "amax_gluon", amax_cfg)
     x = testing.make_input(kind, (1024, 640), torch.bfloat16, DEV, seed=37, fmt=f)
@@ -473,7 +476,7 @@ def _column_rht_amax(x, signs, modes):
     from fourcast.kernels import rowcol_gluon as rg
 
     R, C = x.shape
-    bits = torch.zeros(3, dtype=torch.int32, device=DEV)
+    bits = torch.zeros(4, dtype=torch.int32, device=DEV)
     for mode in modes:
         grid, consts = rg.amax_launch(R, C, 16, None, False, True, mode)
         launcher.run(rg._amax_kernel, grid, (x, bits, signs, signs, R, C), consts)  # no row RHT: SIGNS_R unread
@@ -485,14 +488,8 @@ F32_RHT_CASES = [("gaussian", None), ("zeros", False), ("tiny beside the max", T
                  ("near overflow", True), ("nan", True), ("inf", True), ("wide, not the max", False)]
 
 
-@pytest.mark.parametrize("case,fallback", F32_RHT_CASES)
-def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
-    """The amax pass's column RHT of 16 in f32 then the gated f64 fallback (the default for a
-    bf16 input, RHT_MODE 1 then 2) records mode 0's bits (f64 for every block) exactly, NaN
-    payloads included; the fallback runs (the bound above the exact blocks' max) where a block
-    f32 cannot settle (a spread of exponents over 12, a subnormal, near overflow, non-finite)
-    holds the max, and not where such a block lies below it."""
-    _hopper()
+def _f32_rht_input(case: str) -> torch.Tensor:
+    """A (1024, 640) bf16 input for F32_RHT_CASES: column blocks are 16-row runs of a column."""
     g = torch.Generator(device=DEV).manual_seed(11)
     x = torch.randn(1024, 640, device=DEV, generator=g)
     if case == "zeros":
@@ -512,7 +509,18 @@ def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
         x[300, 10], x[301, 10], x[302, 10] = 0.5, 2.0 ** -30, 0.0
         x[592:608, 20] = 1.0  # the max's block exact: exponents within 6
         x[600, 20] = 60.0
-    x = x.bfloat16()
+    return x.bfloat16()
+
+
+@pytest.mark.parametrize("case,fallback", F32_RHT_CASES)
+def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
+    """The amax pass's column RHT of 16 in f32 then the gated f64 fallback (the default for a
+    bf16 input, RHT_MODE 1 then 2) records mode 0's bits (f64 for every block) exactly, NaN
+    payloads included; the fallback runs (the bound above the exact blocks' max) where a block
+    f32 cannot settle (a spread of exponents over 12, a subnormal, near overflow, non-finite)
+    holds the max, and not where such a block lies below it."""
+    _hopper()
+    x = _f32_rht_input(case)
     signs = ref.rht_signs(16, "te").to(DEV).float()
     want = _column_rht_amax(x, signs, (0,))
     got = _column_rht_amax(x, signs, (1, 2))
@@ -527,6 +535,51 @@ def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
     o = qk.launch_rowcol(x, spec, "rtne", "rtne", 0, 0, None, (16, signs), None, None, write_codes=True,
                          write_xhat=False)
     assert [testing.bits(a.reshape(1)).item() for a in o["amax"]] == want[:2]
+
+
+def _dual_rht_amax(x, signs_r, signs_c, modes, row_f32):
+    """rowcol_gluon's amax pass over a bf16 x with a row and a column RHT of 16 (UFP4's calls),
+    its launches at RHT_MODEs `modes` in turn: its four words (row amax, column amax, RHT_MODE
+    1's bounds on the column and the row copies)."""
+    from fourcast.kernels import launcher
+    from fourcast.kernels import rowcol_gluon as rg
+
+    R, C = x.shape
+    bits = torch.zeros(4, dtype=torch.int32, device=DEV)
+    for mode in modes:
+        grid, consts = rg.amax_launch(R, C, 16, None, False, True, mode, 16, row_f32)
+        launcher.run(rg._amax_kernel, grid, (x, bits, signs_r, signs_c, R, C), consts)
+    return bits.tolist()
+
+
+@pytest.mark.parametrize("case,fallback", F32_RHT_CASES)
+def test_amax_pass_row_rht_in_f32_equals_f64(case, fallback):
+    """UFP4's amax pass with its row RHT of 16 in f32 too (rowcol_gluon AMAX_ROW_RHT_F32's
+    variant: RHT_MODE 1 then 2 with ROW_F32) records mode 0's bits (f64 for every block of both
+    copies) exactly, NaN payloads included; the row copy's fallback runs where a row block f32
+    cannot settle holds the max, and not where such a block lies below it. The inputs are the
+    column test's, transposed: its column blocks become row blocks."""
+    _hopper()
+    x = _f32_rht_input(case).t().contiguous()  # (640, 1024): the special blocks along rows
+    signs_r = ref.rht_signs(16, "per-layer", 5).to(DEV).float()
+    signs_c = ref.rht_signs(16, "te").to(DEV).float()
+    want = _dual_rht_amax(x, signs_r, signs_c, (0,), False)
+    got = _dual_rht_amax(x, signs_r, signs_c, (1, 2), True)
+    assert got[:2] == want[:2], (case, got, want)
+    assert _dual_rht_amax(x, signs_r, signs_c, (1, 2), False)[:2] == want[:2], case  # the row RHT in f64
+    first = _dual_rht_amax(x, signs_r, signs_c, (1,), True)
+    if fallback is not None:
+        assert (first[3] > first[0]) == fallback, (case, first)
+    if not first[3] > first[0]:  # the f32 pass alone settled the row copy
+        assert first[0] == want[0]
+    # and the call: the amaxes launch_rowcol returns, the codes the reference's
+    spec = qk.parse_fmt(F["ufp4"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(qk.CONFIG_OVERRIDE, "amax_row_rht_f32", True)
+        o = qk.launch_rowcol(x, spec, "rtne", "rtne", 0, 0, (16, signs_r), (16, signs_c), None, None,
+                             write_codes=True, write_xhat=False)
+        assert [testing.bits(a.reshape(1)).item() for a in o["amax"]] == want[:2]
+        testing.check_rowcol(x, F["ufp4"], "rtne", "rtne", 0, 0, (16, signs_r), (16, signs_c))
 
 
 # The quantize pass's column RHT in f32 (rowcol_gluon COL_F32): cases, and whether a program's

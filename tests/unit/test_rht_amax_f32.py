@@ -92,6 +92,39 @@ def test_smallest_nonzero_half_by_one_add_and_xor():
     assert np.array_equal(u >> 16, (hi + 0x7FFF) ^ 0x8000)
 
 
+def test_row_blocks_spread_from_their_words():
+    """_rht16_row_amax_f32 reads a row block's spread from its 8 words of two bf16 (halfword
+    max / min over the words, then over the two halves, the smallest by the add-and-xor map):
+    the same (exact, max |x|) as block_test's per-element view, and its f32 sums of the words'
+    low halves (even elements) and high halves (odd ones) are f32_sums'."""
+    x = blocks(5)
+    words = x.view(torch.int16).to(torch.int64).reshape(-1, 8, 2) & 0xFFFF
+    words = (words[..., 1] << 16 | words[..., 0]).numpy()  # element 2k in the low half
+    m = words & 0x7FFF7FFF
+    top = np.maximum((m & 0xFFFF).max(axis=1), (m >> 16).max(axis=1))
+    low = ((m + 0x7FFF7FFF) ^ 0x80008000) & 0xFFFFFFFF
+    emin = (np.minimum((low & 0xFFFF).min(axis=1), (low >> 16).min(axis=1)) + 1) >> 7
+    emax = top >> 7
+    exact = (emax - emin <= 12) & (emax <= 249) & (emin >= 25)
+    want_exact, want_max = block_test(x)
+    assert np.array_equal(exact, want_exact.numpy())
+    assert np.array_equal(top << 16, want_max.view(torch.int32).numpy())
+    lo = torch.from_numpy((words << 16) & 0xFFFFFFFF).to(torch.int32).view(torch.float32)
+    hi = torch.from_numpy(words & 0xFFFF0000).to(torch.int32).view(torch.float32)
+    a, b = lo * SIGNS[0::2], hi * SIGNS[1::2]  # stage 1 pairs elements 2k and 2k + 1
+    s = torch.stack([a + b, a - b], dim=2).reshape(-1, 16)
+    assert torch.equal(butterflies_from(s, 2).view(torch.int32), f32_sums(x).view(torch.int32))
+
+
+def butterflies_from(y: torch.Tensor, h: int) -> torch.Tensor:
+    """butterflies' stages h, 2h, .. 8 on f32 blocks [blocks, 16]."""
+    while h < 16:
+        y = y.reshape(-1, 16 // (2 * h), 2, h)
+        y = torch.stack([y[:, :, 0, :] + y[:, :, 1, :], y[:, :, 0, :] - y[:, :, 1, :]], dim=2)
+        h *= 2
+    return y.reshape(-1, 16)
+
+
 # ---- the quantize pass's column RHT of 16 in f32 (rowcol_gluon._rht16_split_half)
 
 SPREAD = 12  # a part's exponent fields within SPREAD of each other: its butterflies exact in f32

@@ -109,27 +109,31 @@ def test_column_rht16_in_f32_compiles(mode):
     assert f32["local"] == 0 and max(f32["regs"], f64["regs"]) <= 128
 
 
-@pytest.mark.parametrize("rn_c,f32,mode,rn_r", [(0, False, 0, 0), (16, False, 0, 0), (0, True, 0, 0), (16, True, 0, 0),
-                                                (16, False, 1, 0), (16, False, 2, 0), (16, False, 1, 16),
-                                                (16, False, 2, 16), (16, True, 0, 16)])
-def test_amax_pass_compiles(rn_c, f32, mode, rn_r):
+@pytest.mark.parametrize("rn_c,f32,mode,rn_r,row_f32", [
+    (0, False, 0, 0, False), (16, False, 0, 0, False), (0, True, 0, 0, False), (16, True, 0, 0, False),
+    (16, False, 1, 0, False), (16, False, 2, 0, False), (16, False, 1, 16, False), (16, False, 2, 16, False),
+    (16, True, 0, 16, False), (16, False, 1, 16, True), (16, False, 2, 16, True)])
+def test_amax_pass_compiles(rn_c, f32, mode, rn_r, row_f32):
     """rowcol_gluon's amax pass, bf16 or f32 input: no spills, two atomics a program, and with
     a column RHT of 16 the f64 butterflies in each thread (the rows' max needs no shuffle
     either; only the program's final reductions cross lanes). RHT_MODE 1 (a bf16 input's
     column RHT in f32): no f64 but a row RHT's, a third atomic (the bound); 2 (the fallback):
     the column amax's atomic alone, in f64. A row RHT of 16 (UFP4's calls): its f64 butterflies
-    wherever the row amax is taken (not in the fallback)."""
+    wherever the row amax is taken (not in the fallback); in f32 (row_f32), none in mode 1 and
+    a fourth atomic (the row copy's bound), and the fallback's second branch (the row amax, in
+    f64) in mode 2."""
     code = ("import json\n"
             "from fourcast.kernels import rowcol_gluon as rg, testing\n"
-            f"k = rg.compile_amax_sm90({rn_c}, None, {f32}, {mode}, {rn_r})\n"
+            f"k = rg.compile_amax_sm90({rn_c}, None, {f32}, {mode}, {rn_r}, {row_f32})\n"
             "print(json.dumps(dict(local=testing.spilled_bytes(k),\n"
             "                      atom=k.asm['ptx'].count('atom.global'), f64=k.asm['ptx'].count('add.rn.f64')\n"
             "                      + k.asm['ptx'].count('add.f64') + k.asm['ptx'].count('fma.rn.f64'))))\n")
     k = testing.compiled_in_child(code)
     # f32 with the RHT sits at 254-255 registers: Triton 3.6 (the device's) spills nothing,
     # 3.9's ptxas one register (a 4-byte store and load, 8 bytes of stack)
-    assert k["local"] <= (8 if f32 and rn_c == 16 else 0) and k["atom"] == {0: 2, 1: 3, 2: 1}[mode]
-    assert (k["f64"] > 0) == (rn_c == 16 and mode != 1 or rn_r == 16 and mode != 2)
+    atoms = {0: 2, 1: 3, 2: 1}[mode] + (row_f32 and mode != 0)
+    assert k["local"] <= (8 if f32 and rn_c == 16 else 0) and k["atom"] == atoms
+    assert (k["f64"] > 0) == (rn_c == 16 and mode != 1 or rn_r == 16 and (mode == 0 or (mode == 1) != row_f32))
 
 
 def test_amax_pass_tiles_and_scope():
@@ -140,6 +144,12 @@ def test_amax_pass_tiles_and_scope():
     assert rg.amax_config(0) == rg.amax_config(16, 1) == rg.AMAX_CONFIG == rg.Config(64, 128, 8, 4)
     assert rg.amax_config(16, 1, 16) == rg.amax_config(0, 0, 16) == rg.AMAX_ROW_RHT_CONFIG == rg.Config(64, 128, 8, 2)
     assert rg.amax_config(16, 2, 16) == rg.AMAX_RHT_CONFIG
+    # the row RHT in f32 (AMAX_ROW_RHT_F32's variant): its fallback recomputes the row amax in f64
+    assert rg.amax_config(16, 1, 16, True) == rg.AMAX_ROW_F32_CONFIG == rg.Config(64, 128, 8, 4)
+    assert rg.amax_config(16, 2, 16, True) == rg.AMAX_ROW_RHT_CONFIG
+    assert rg.amax_row_f32(16, False, True) and not rg.amax_row_f32(16, True, True)
+    assert not rg.amax_row_f32(0, False, True)
+    assert rg.amax_row_f32(16, False) == rg.AMAX_ROW_RHT_F32
     assert rg.amax_config(16, 0) == rg.amax_config(16, 2) == rg.AMAX_RHT_CONFIG == rg.Config(64, 128, 4, 8)
     assert rg.amax_modes(16, False) == (1, 2) and rg.amax_modes(16, True) == rg.amax_modes(0, False) == (0,)
     assert rg.amax_modes(16, False, rht_f32=False) == (0,)
@@ -150,10 +160,40 @@ def test_amax_pass_tiles_and_scope():
     assert rg.amax_applies(torch.empty(256, 128, dtype=f32), (0, 0))
     assert not rg.amax_applies(torch.empty(128, 128, dtype=f32), (0, 0))
     assert rg.amax_applies(torch.empty(512, 128, dtype=bf), (16, 16))
-    assert rg.amax_applies(torch.empty(512, 128, dtype=f32), (16, 0))
-    assert not rg.amax_applies(torch.empty(64, 128, dtype=bf), (16, 0))  # a row RHT's tile: 128 rows
+    assert rg.amax_applies(torch.empty(512, 128, dtype=f32), (16, 16))
+    assert not rg.amax_applies(torch.empty(64, 128, dtype=f32), (16, 16))  # a row RHT's tile: 128 rows
+    # both RHTs in f32: 256 rows (mode 1), the fallback's 128; the row RHT in f64: the fallback's 512
+    assert rg.amax_applies(torch.empty(256, 128, dtype=bf), (16, 16), row_f32=True)
+    assert not rg.amax_applies(torch.empty(128, 128, dtype=bf), (16, 16), row_f32=True)
+    assert not rg.amax_applies(torch.empty(256, 128, dtype=bf), (16, 16), row_f32=False)
+    # a row RHT alone: strip.py's pass (the kernel records the column copy's amax after a column RHT)
+    assert not rg.amax_applies(torch.empty(512, 128, dtype=bf), (16, 0))
+    assert not rg.amax_applies(torch.empty(512, 128, dtype=f32), (16, 0))
     assert not rg.amax_applies(torch.empty(512, 128, dtype=bf), (32, 0))  # a row RHT of 32: strip.py's pass
     assert rg.amax_applies(torch.empty(128, 128, dtype=bf), (0, 0), (64, 128, 8, 2))
+
+
+@pytest.mark.parametrize("row_f32", [False, True])
+def test_ufp4_amax_pass_takes_the_row_rht_in_f32_on_request(monkeypatch, row_f32):
+    """UFP4's X call measuring its amax (a row and a column RHT of 16) on an sm_90 GPU (forced
+    here): two amax launches, RHT_MODE 1 then its fallback, with ROW_F32 as CONFIG_OVERRIDE
+    "amax_row_rht_f32" says (the benchmarks' switch; AMAX_ROW_RHT_F32 by default), each at
+    amax_config's tile for it."""
+    monkeypatch.setattr(qk, "_gluon_rowcol_ok", lambda *a, **k: True)
+    monkeypatch.setattr(qk, "_rowcol_gluon_for", lambda x: rg)
+    monkeypatch.setattr(qk, "_ROWCOL_PLANS", {})
+    monkeypatch.setitem(qk.CONFIG_OVERRIDE, "amax_row_rht_f32", row_f32)
+    calls = []
+    monkeypatch.setattr(qk.launcher, "run", lambda fn, grid, args, consts: calls.append((fn, grid, consts)))
+    x = torch.zeros(512, 256, dtype=torch.bfloat16)
+    rht = (16, torch.ones(16))
+    qk.launch_rowcol(x, parse_fmt(F["ufp4"]), "rtne", "rtne", 0, 0, rht, rht, None, None, write_codes=(False, True),
+                     write_xhat=(True, False), unscaled=True)
+    assert [c[0] for c in calls] == [rg._amax_kernel, rg._amax_kernel, rg._rowcol_kernel]
+    for (_, grid, consts), mode in zip(calls, (1, 2)):
+        cfg = rg.amax_config(16, mode, 16, row_f32)
+        assert consts["RHT_MODE"] == mode and consts["ROW_F32"] == row_f32 and consts["RN_R"] == 16
+        assert grid == (512 // (cfg.bm * cfg.iters), 256 // cfg.bk) and consts["NW"] == cfg.warps
 
 
 def test_one_lane_layouts_fit_their_tiles_only():
@@ -478,16 +518,17 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
         assert modes == ((1, 2) if rn_c else (0,)) and len(calls) == len(modes) + 1
         for (fn0, grid0, args0, consts0), mode in zip(calls, modes):
             assert fn0 is rg._amax_kernel and consts0["RHT_MODE"] == mode and consts0["REVERSED"]
-            cfg0 = rg.amax_config(rn_c, mode, rn_r)
+            cfg0 = rg.amax_config(rn_c, mode, rn_r, consts0["ROW_F32"])
             assert grid0 == (256 // (cfg0.bm * cfg0.iters), 384 // cfg0.bk) and consts0["NW"] == cfg0.warps
             amax_arg = dict(zip([q.name for q in fn0.params], args0))
             assert amax_arg["X"] is x and (amax_arg["R"], amax_arg["C"]) == (256, 384)
             assert amax_arg["AMAX_BITS"].data_ptr() == calls[-1][2][names.index("AMAX_IN_R")].data_ptr()
-            assert amax_arg["AMAX_BITS"].numel() == 3  # the third word: RHT_MODE 1's bound
+            assert amax_arg["AMAX_BITS"].numel() == 4  # words 2 and 3: RHT_MODE 1's bounds
             assert (amax_arg["SIGNS_C"] is signs) if rn_c else amax_arg["SIGNS_C"].numel() <= 1
             assert (amax_arg["SIGNS_R"] is signs_r) if rn_r else amax_arg["SIGNS_R"].numel() <= 1
             assert set(consts0) - {"num_warps"} == {q.name for q in fn0.params if q.is_constexpr}
             assert consts0["RN_C"] == rn_c and consts0["RN_R"] == rn_r
+            assert consts0["ROW_F32"] == (rn_r == 16 and rg.AMAX_ROW_RHT_F32)
     assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
     if consts["FUSE_AMAX"] and not (rn_c or rn_r):  # one amax, recorded at AMAX_BITS[0], returned for both copies
         assert arg["AMAX_IN_R"].data_ptr() == arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr()

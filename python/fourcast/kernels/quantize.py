@@ -1104,7 +1104,8 @@ def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
     if CONFIG_OVERRIDE.get("rowcol") == "strip" or CONFIG_OVERRIDE.get("amax") == "strip":
         return False
     rg = _rowcol_gluon_for(x)
-    return rg is not None and rg.amax_applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"))
+    return rg is not None and rg.amax_applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"),
+                                              CONFIG_OVERRIDE.get("amax_row_rht_f32"))
 
 
 def _gluon_config(R: int, rounding: str, rn_c: int, block: int, rounding_c: str, rn_r: int, bf16: bool,
@@ -1182,12 +1183,15 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
                 consts_seed_ptr=dict(consts, SEED_PTR=True), amax=None)
     # The amax pass's launches (kernel, grid, constexprs). Benchmarks only: "amax_reversed" False
     # runs it in launch order, "amax_rht_f32" False a column RHT's in f64 throughout ("col_rht_f32"
-    # True puts the quantize pass's in f32: rowcol_gluon.col_rht_f32).
+    # True puts the quantize pass's in f32: rowcol_gluon.col_rht_f32), "amax_row_rht_f32" True or
+    # False a row RHT's in f32 or f64 (rowcol_gluon.amax_row_f32).
     reversed_ = CONFIG_OVERRIDE.get("amax_reversed", True)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
         rg, f32, tile = _rowcol_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
-        plan["amax"] = tuple(("gluon", *rg.amax_launch(R, C, rnc, tile, f32, reversed_, mode, rn))
-                             for mode in rg.amax_modes(rnc, f32, CONFIG_OVERRIDE.get("amax_rht_f32", True)))
+        modes = rg.amax_modes(rnc, f32, CONFIG_OVERRIDE.get("amax_rht_f32", True))
+        row_f32 = modes == (1, 2) and rg.amax_row_f32(rn, f32, CONFIG_OVERRIDE.get("amax_row_rht_f32"))
+        plan["amax"] = tuple(("gluon", *rg.amax_launch(R, C, rnc, tile, f32, reversed_, mode, rn, row_f32))
+                             for mode in modes)
     elif fresh and route in ("strip", "gluon"):
         br0, bc0, amax_iters = strip.amax_config(br, bc, interp)
         plan["amax"] = (("strip", (_cdiv(R, br0 * amax_iters), _cdiv(C, bc0)),
@@ -1245,8 +1249,8 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     xhat_c = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[1] else x
     ts = torch.empty(2, dtype=torch.float32, device=dev)
     # The measured amaxes' bits (atomic max, so zeroed first), only where a pass measures them.
-    # (a third word: the bound of rowcol_gluon's f32 column RHT, RHT_MODE 1)
-    amax_bits = torch.zeros(3, dtype=torch.int32, device=dev) if fresh or fuse else _unmeasured_amax(dev)
+    # (words 2 and 3: the bounds of rowcol_gluon's f32 column and row RHTs, RHT_MODE 1)
+    amax_bits = torch.zeros(4, dtype=torch.int32, device=dev) if fresh or fuse else _unmeasured_amax(dev)
     measured = amax_bits.view(torch.float32)
     amax_in = tuple(measured[i] if a is None else torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(())
                     for i, a in enumerate((amax_r, amax_c)))
