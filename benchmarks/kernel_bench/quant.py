@@ -143,16 +143,16 @@ AMAX_DTYPES = (torch.bfloat16, torch.float32)  # f32: a LayerNorm's output under
 def amax_pass():
     """The two-level formats' amax pass of a row+col call alone (launcher.run, do_bench
     medians of --repeat interleaved samples): strip._strip_amax_kernel against
-    rowcol_gluon._amax_kernel at AMAX_TILES, without an RHT, with a column RHT of 16 (TE's) and
+    amax_gluon._amax_kernel at AMAX_TILES, without an RHT, with a column RHT of 16 (TE's) and
     with a row and a column RHT of 16 (UFP4's). A bf16 input's column RHT both in f64 (RHT_MODE
     0) and in f32 then the gated f64 fallback, the default (modes 1 and 2, mode 1 at each tile;
     and mode 1 alone, which shows what the fallback's launch costs); UFP4's row RHT in f64 (the
-    default) and in f32 ("row f32": AMAX_ROW_RHT_F32's variant, at each tile). At the quantizer
+    default) and in f32 ("row f32": amax_gluon.ROW_RHT_F32's variant, at each tile). At the quantizer
     shapes and the 125M model's X/dY shapes; the kernels' amax bits compared (mode 1 alone's
     only where it needed no fallback). Summary: RES["amax_pass"]."""
     if SMOKE:
         return
-    from fourcast.kernels import rowcol_gluon as rg
+    from fourcast.kernels import amax_gluon as ag
     from fourcast.kernels import strip
 
     nv = qk.parse_fmt(F["nvfp4"])
@@ -177,18 +177,18 @@ def amax_pass():
             runs = {"strip": [(strip._strip_amax_kernel, g0, args, c0)]}
 
             def gluon(tile, mode, row_f32=False):
-                grid, consts = rg.amax_launch(R, C, rn_c, tile, f32, rht_mode=mode, rn_r=rn_r, row_f32=row_f32)
-                return rg._amax_kernel, grid, args, consts
+                grid, consts = ag.launch(R, C, rn_c, tile, f32, rht_mode=mode, rn_r=rn_r, row_f32=row_f32)
+                return ag._amax_kernel, grid, args, consts
 
-            two = rg.amax_modes(rn_c, f32) == (1, 2)
+            two = ag.modes(rn_c, f32) == (1, 2)
             for tile in AMAX_TILES:
-                if rg.amax_applies(x, (rn_r, rn_c), tile):
+                if ag.applies(x, (rn_r, rn_c), tile):
                     runs[tile] = [gluon(tile, 0)]
                     if two:
                         runs[f"{tile} f32"] = [gluon(tile, 1), gluon(None, 2)]
                     if two and rn_r:
                         runs[f"{tile} row f32"] = [gluon(tile, 1, True), gluon(None, 2, True)]
-            if rg.amax_applies(x, (rn_r, rn_c)) and two:
+            if ag.applies(x, (rn_r, rn_c)) and two:
                 runs["f32 alone"] = [gluon(None, 1)]
             bits = {}
             for name, launches in runs.items():

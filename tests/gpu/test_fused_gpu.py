@@ -470,16 +470,16 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_r, rn_c, row_f32, kind, amax_cfg
 
 
 def _column_rht_amax(x, signs, modes):
-    """rowcol_gluon's amax pass over a bf16 x with a column RHT of 16, its launches at RHT_MODEs
-    `modes` in turn: its three words (row amax, column amax, RHT_MODE 1's bound)."""
+    """amax_gluon's pass over a bf16 x with a column RHT of 16, its launches at RHT_MODEs
+    `modes` in turn: its words (row amax, column amax, RHT_MODE 1's column bound, 0)."""
+    from fourcast.kernels import amax_gluon as ag
     from fourcast.kernels import launcher
-    from fourcast.kernels import rowcol_gluon as rg
 
     R, C = x.shape
     bits = torch.zeros(4, dtype=torch.int32, device=DEV)
     for mode in modes:
-        grid, consts = rg.amax_launch(R, C, 16, None, False, True, mode)
-        launcher.run(rg._amax_kernel, grid, (x, bits, signs, signs, R, C), consts)  # no row RHT: SIGNS_R unread
+        grid, consts = ag.launch(R, C, 16, None, False, True, mode)
+        launcher.run(ag._amax_kernel, grid, (x, bits, signs, signs, R, C), consts)  # no row RHT: SIGNS_R unread
     return bits.tolist()
 
 
@@ -538,23 +538,23 @@ def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
 
 
 def _dual_rht_amax(x, signs_r, signs_c, modes, row_f32):
-    """rowcol_gluon's amax pass over a bf16 x with a row and a column RHT of 16 (UFP4's calls),
-    its launches at RHT_MODEs `modes` in turn: its four words (row amax, column amax, RHT_MODE
-    1's bounds on the column and the row copies)."""
+    """amax_gluon's pass over a bf16 x with a row and a column RHT of 16 (UFP4's calls), its
+    launches at RHT_MODEs `modes` in turn: its four words (row amax, column amax, RHT_MODE 1's
+    bounds on the column and the row copies)."""
+    from fourcast.kernels import amax_gluon as ag
     from fourcast.kernels import launcher
-    from fourcast.kernels import rowcol_gluon as rg
 
     R, C = x.shape
     bits = torch.zeros(4, dtype=torch.int32, device=DEV)
     for mode in modes:
-        grid, consts = rg.amax_launch(R, C, 16, None, False, True, mode, 16, row_f32)
-        launcher.run(rg._amax_kernel, grid, (x, bits, signs_r, signs_c, R, C), consts)
+        grid, consts = ag.launch(R, C, 16, None, False, True, mode, 16, row_f32)
+        launcher.run(ag._amax_kernel, grid, (x, bits, signs_r, signs_c, R, C), consts)
     return bits.tolist()
 
 
 @pytest.mark.parametrize("case,fallback", F32_RHT_CASES)
 def test_amax_pass_row_rht_in_f32_equals_f64(case, fallback):
-    """UFP4's amax pass with its row RHT of 16 in f32 too (rowcol_gluon AMAX_ROW_RHT_F32's
+    """UFP4's amax pass with its row RHT of 16 in f32 too (amax_gluon.ROW_RHT_F32's
     variant: RHT_MODE 1 then 2 with ROW_F32) records mode 0's bits (f64 for every block of both
     copies) exactly, NaN payloads included; the row copy's fallback runs where a row block f32
     cannot settle holds the max, and not where such a block lies below it. The inputs are the

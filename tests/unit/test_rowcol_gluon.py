@@ -17,6 +17,7 @@ from fourcast.kernels import testing
 from fourcast.kernels.utils import parse_fmt
 
 rg = pytest.importorskip("fourcast.kernels.rowcol_gluon", reason="this Triton has no Gluon")
+ag = pytest.importorskip("fourcast.kernels.amax_gluon", reason="this Triton has no Gluon")
 F = testing.FORMATS
 
 _CHILD = r"""
@@ -123,8 +124,8 @@ def test_amax_pass_compiles(rn_c, f32, mode, rn_r, row_f32):
     a fourth atomic (the row copy's bound), and the fallback's second branch (the row amax, in
     f64) in mode 2."""
     code = ("import json\n"
-            "from fourcast.kernels import rowcol_gluon as rg, testing\n"
-            f"k = rg.compile_amax_sm90({rn_c}, None, {f32}, {mode}, {rn_r}, {row_f32})\n"
+            "from fourcast.kernels import amax_gluon as ag, testing\n"
+            f"k = ag.compile_sm90({rn_c}, None, {f32}, {mode}, {rn_r}, {row_f32})\n"
             "print(json.dumps(dict(local=testing.spilled_bytes(k),\n"
             "                      atom=k.asm['ptx'].count('atom.global'), f64=k.asm['ptx'].count('add.rn.f64')\n"
             "                      + k.asm['ptx'].count('add.f64') + k.asm['ptx'].count('fma.rn.f64'))))\n")
@@ -141,36 +142,36 @@ def test_amax_pass_tiles_and_scope():
     column RHT (mode 1) 8 warps x 4 tiles, the f64 RHT (modes 0 and 2) 4 x 8, a row RHT 8 x 2
     (the f64 fallback, mode 2, takes no row amax); a call is served only where every launch's
     tile divides it (the f64 fallback's 512 rows too)."""
-    assert rg.amax_config(0) == rg.amax_config(16, 1) == rg.AMAX_CONFIG == rg.Config(64, 128, 8, 4)
-    assert rg.amax_config(16, 1, 16) == rg.amax_config(0, 0, 16) == rg.AMAX_ROW_RHT_CONFIG == rg.Config(64, 128, 8, 2)
-    assert rg.amax_config(16, 2, 16) == rg.AMAX_RHT_CONFIG
+    assert ag.tile_for(0) == ag.tile_for(16, 1) == ag.CONFIG == rg.Config(64, 128, 8, 4)
+    assert ag.tile_for(16, 1, 16) == ag.tile_for(0, 0, 16) == ag.ROW_RHT_CONFIG == rg.Config(64, 128, 8, 2)
+    assert ag.tile_for(16, 2, 16) == ag.RHT_CONFIG
     # the row RHT in f32 (AMAX_ROW_RHT_F32's variant): its fallback recomputes the row amax in f64
-    assert rg.amax_config(16, 1, 16, True) == rg.AMAX_ROW_F32_CONFIG == rg.Config(64, 128, 8, 4)
-    assert rg.amax_config(16, 2, 16, True) == rg.AMAX_ROW_RHT_CONFIG
-    assert rg.amax_row_f32(16, False, True) and not rg.amax_row_f32(16, True, True)
-    assert not rg.amax_row_f32(0, False, True)
-    assert rg.amax_row_f32(16, False) == rg.AMAX_ROW_RHT_F32
-    assert rg.amax_config(16, 0) == rg.amax_config(16, 2) == rg.AMAX_RHT_CONFIG == rg.Config(64, 128, 4, 8)
-    assert rg.amax_modes(16, False) == (1, 2) and rg.amax_modes(16, True) == rg.amax_modes(0, False) == (0,)
-    assert rg.amax_modes(16, False, rht_f32=False) == (0,)
+    assert ag.tile_for(16, 1, 16, True) == ag.ROW_F32_CONFIG == rg.Config(64, 128, 8, 4)
+    assert ag.tile_for(16, 2, 16, True) == ag.ROW_RHT_CONFIG
+    assert ag.row_f32_on(16, False, True) and not ag.row_f32_on(16, True, True)
+    assert not ag.row_f32_on(0, False, True)
+    assert ag.row_f32_on(16, False) == ag.ROW_RHT_F32
+    assert ag.tile_for(16, 0) == ag.tile_for(16, 2) == ag.RHT_CONFIG == rg.Config(64, 128, 4, 8)
+    assert ag.modes(16, False) == (1, 2) and ag.modes(16, True) == ag.modes(0, False) == (0,)
+    assert ag.modes(16, False, rht_f32=False) == (0,)
     bf, f32 = torch.bfloat16, torch.float32
-    assert rg.amax_applies(torch.empty(256, 128, dtype=bf), (0, 0))
-    assert not rg.amax_applies(torch.empty(256, 128, dtype=bf), (0, 16))  # the fallback's tile: 512 rows
-    assert rg.amax_applies(torch.empty(512, 128, dtype=bf), (0, 16))
-    assert rg.amax_applies(torch.empty(256, 128, dtype=f32), (0, 0))
-    assert not rg.amax_applies(torch.empty(128, 128, dtype=f32), (0, 0))
-    assert rg.amax_applies(torch.empty(512, 128, dtype=bf), (16, 16))
-    assert rg.amax_applies(torch.empty(512, 128, dtype=f32), (16, 16))
-    assert not rg.amax_applies(torch.empty(64, 128, dtype=f32), (16, 16))  # a row RHT's tile: 128 rows
+    assert ag.applies(torch.empty(256, 128, dtype=bf), (0, 0))
+    assert not ag.applies(torch.empty(256, 128, dtype=bf), (0, 16))  # the fallback's tile: 512 rows
+    assert ag.applies(torch.empty(512, 128, dtype=bf), (0, 16))
+    assert ag.applies(torch.empty(256, 128, dtype=f32), (0, 0))
+    assert not ag.applies(torch.empty(128, 128, dtype=f32), (0, 0))
+    assert ag.applies(torch.empty(512, 128, dtype=bf), (16, 16))
+    assert ag.applies(torch.empty(512, 128, dtype=f32), (16, 16))
+    assert not ag.applies(torch.empty(64, 128, dtype=f32), (16, 16))  # a row RHT's tile: 128 rows
     # both RHTs in f32: 256 rows (mode 1), the fallback's 128; the row RHT in f64: the fallback's 512
-    assert rg.amax_applies(torch.empty(256, 128, dtype=bf), (16, 16), row_f32=True)
-    assert not rg.amax_applies(torch.empty(128, 128, dtype=bf), (16, 16), row_f32=True)
-    assert not rg.amax_applies(torch.empty(256, 128, dtype=bf), (16, 16), row_f32=False)
+    assert ag.applies(torch.empty(256, 128, dtype=bf), (16, 16), row_f32=True)
+    assert not ag.applies(torch.empty(128, 128, dtype=bf), (16, 16), row_f32=True)
+    assert not ag.applies(torch.empty(256, 128, dtype=bf), (16, 16), row_f32=False)
     # a row RHT alone: strip.py's pass (the kernel records the column copy's amax after a column RHT)
-    assert not rg.amax_applies(torch.empty(512, 128, dtype=bf), (16, 0))
-    assert not rg.amax_applies(torch.empty(512, 128, dtype=f32), (16, 0))
-    assert not rg.amax_applies(torch.empty(512, 128, dtype=bf), (32, 0))  # a row RHT of 32: strip.py's pass
-    assert rg.amax_applies(torch.empty(128, 128, dtype=bf), (0, 0), (64, 128, 8, 2))
+    assert not ag.applies(torch.empty(512, 128, dtype=bf), (16, 0))
+    assert not ag.applies(torch.empty(512, 128, dtype=f32), (16, 0))
+    assert not ag.applies(torch.empty(512, 128, dtype=bf), (32, 0))  # a row RHT of 32: strip.py's pass
+    assert ag.applies(torch.empty(128, 128, dtype=bf), (0, 0), (64, 128, 8, 2))
 
 
 @pytest.mark.parametrize("row_f32", [False, True])
@@ -189,9 +190,9 @@ def test_ufp4_amax_pass_takes_the_row_rht_in_f32_on_request(monkeypatch, row_f32
     rht = (16, torch.ones(16))
     qk.launch_rowcol(x, parse_fmt(F["ufp4"]), "rtne", "rtne", 0, 0, rht, rht, None, None, write_codes=(False, True),
                      write_xhat=(True, False), unscaled=True)
-    assert [c[0] for c in calls] == [rg._amax_kernel, rg._amax_kernel, rg._rowcol_kernel]
+    assert [c[0] for c in calls] == [ag._amax_kernel, ag._amax_kernel, rg._rowcol_kernel]
     for (_, grid, consts), mode in zip(calls, (1, 2)):
-        cfg = rg.amax_config(16, mode, 16, row_f32)
+        cfg = ag.tile_for(16, mode, 16, row_f32)
         assert consts["RHT_MODE"] == mode and consts["ROW_F32"] == row_f32 and consts["RN_R"] == 16
         assert grid == (512 // (cfg.bm * cfg.iters), 256 // cfg.bk) and consts["NW"] == cfg.warps
 
@@ -514,11 +515,11 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
         calls.clear()
         o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, rht_r, rht_c, amax, amax, write_codes=codes,
                              write_xhat=xhat, unscaled=True)
-        modes = rg.amax_modes(rn_c, False)  # a column RHT: in f32, then the f64 fallback
+        modes = ag.modes(rn_c, False)  # a column RHT: in f32, then the f64 fallback
         assert modes == ((1, 2) if rn_c else (0,)) and len(calls) == len(modes) + 1
         for (fn0, grid0, args0, consts0), mode in zip(calls, modes):
-            assert fn0 is rg._amax_kernel and consts0["RHT_MODE"] == mode and consts0["REVERSED"]
-            cfg0 = rg.amax_config(rn_c, mode, rn_r, consts0["ROW_F32"])
+            assert fn0 is ag._amax_kernel and consts0["RHT_MODE"] == mode and consts0["REVERSED"]
+            cfg0 = ag.tile_for(rn_c, mode, rn_r, consts0["ROW_F32"])
             assert grid0 == (256 // (cfg0.bm * cfg0.iters), 384 // cfg0.bk) and consts0["NW"] == cfg0.warps
             amax_arg = dict(zip([q.name for q in fn0.params], args0))
             assert amax_arg["X"] is x and (amax_arg["R"], amax_arg["C"]) == (256, 384)
@@ -528,7 +529,7 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
             assert (amax_arg["SIGNS_R"] is signs_r) if rn_r else amax_arg["SIGNS_R"].numel() <= 1
             assert set(consts0) - {"num_warps"} == {q.name for q in fn0.params if q.is_constexpr}
             assert consts0["RN_C"] == rn_c and consts0["RN_R"] == rn_r
-            assert consts0["ROW_F32"] == (rn_r == 16 and rg.AMAX_ROW_RHT_F32)
+            assert consts0["ROW_F32"] == (rn_r == 16 and ag.ROW_RHT_F32)
     assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
     if consts["FUSE_AMAX"] and not (rn_c or rn_r):  # one amax, recorded at AMAX_BITS[0], returned for both copies
         assert arg["AMAX_IN_R"].data_ptr() == arg["AMAX_IN_C"].data_ptr() == arg["AMAX_BITS"].data_ptr()

@@ -251,7 +251,7 @@ def test_timeline_summary_unions_overlapping_kernels():
     assert s["kernel_ms_by_class"] == pytest.approx({"quantize": 0.1, "gemm": 0.1, "other": 0.05})
     assert kernel_class("flash_fwd_kernel") == "attention" and s["top_kernels"][0]["calls"] == 1
     assert kernel_class("_dequantize_kernel") == "dequantize" and kernel_class("_epilogue_kernel") == "gemm"
-    assert kernel_class("_strip_amax_kernel") == "quantize"
+    assert kernel_class("_strip_amax_kernel") == kernel_class("_amax_kernel") == "quantize"
     assert kernel_class("cudnn_generated_fort_native_sdpa_sm90_flash_fprop") == "attention"
     assert kernel_class("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "communication"
 

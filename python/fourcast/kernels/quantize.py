@@ -1070,6 +1070,13 @@ def _rowcol_gluon():
     return rowcol_gluon
 
 
+def _amax_gluon():
+    """The amax_gluon module (rowcol_gluon's tiling: Gluon is there wherever that imports)."""
+    from fourcast.kernels import amax_gluon
+
+    return amax_gluon
+
+
 def _rowcol_gluon_for(x: torch.Tensor):
     """The rowcol_gluon module where its kernels can run on x: an sm_90 GPU (gemm's device
     check), not the interpreter, Gluon importable; else None."""
@@ -1096,16 +1103,15 @@ def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: s
 
 
 def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
-    """rowcol_gluon's amax pass serves this row+col call's (rowcol_gluon.amax_applies, on an
+    """rowcol_gluon's amax pass serves this row+col call's (amax_gluon.applies, on an
     sm_90 GPU with Gluon) unless the benchmarks pin strip.py's (CONFIG_OVERRIDE "rowcol" or
     "amax" = "strip"). Session 18: TE's X call measures its amax ahead of the quantizer,
     with the column RHT, in about half of the call's time on strip.py's pass (training-h200.md
     run 19)."""
     if CONFIG_OVERRIDE.get("rowcol") == "strip" or CONFIG_OVERRIDE.get("amax") == "strip":
         return False
-    rg = _rowcol_gluon_for(x)
-    return rg is not None and rg.amax_applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"),
-                                              CONFIG_OVERRIDE.get("amax_row_rht_f32"))
+    return _rowcol_gluon_for(x) is not None and _amax_gluon().applies(x, rht, CONFIG_OVERRIDE.get("amax_gluon"),
+                                                                     CONFIG_OVERRIDE.get("amax_row_rht_f32"))
 
 
 def _gluon_config(R: int, rounding: str, rn_c: int, block: int, rounding_c: str, rn_r: int, bf16: bool,
@@ -1187,10 +1193,10 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     # False a row RHT's in f32 or f64 (rowcol_gluon.amax_row_f32).
     reversed_ = CONFIG_OVERRIDE.get("amax_reversed", True)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
-        rg, f32, tile = _rowcol_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
-        modes = rg.amax_modes(rnc, f32, CONFIG_OVERRIDE.get("amax_rht_f32", True))
-        row_f32 = modes == (1, 2) and rg.amax_row_f32(rn, f32, CONFIG_OVERRIDE.get("amax_row_rht_f32"))
-        plan["amax"] = tuple(("gluon", *rg.amax_launch(R, C, rnc, tile, f32, reversed_, mode, rn, row_f32))
+        ag, f32, tile = _amax_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
+        modes = ag.modes(rnc, f32, CONFIG_OVERRIDE.get("amax_rht_f32", True))
+        row_f32 = modes == (1, 2) and ag.row_f32_on(rn, f32, CONFIG_OVERRIDE.get("amax_row_rht_f32"))
+        plan["amax"] = tuple(("gluon", *ag.launch(R, C, rnc, tile, f32, reversed_, mode, rn, row_f32))
                              for mode in modes)
     elif fresh and route in ("strip", "gluon"):
         br0, bc0, amax_iters = strip.amax_config(br, bc, interp)
@@ -1274,7 +1280,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
         if amax_kernel == "transpose":
             launcher.run(kernel, grid0, args, consts0)
         elif amax_kernel == "gluon":
-            launcher.run(_rowcol_gluon()._amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
+            launcher.run(_amax_gluon()._amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
         else:
             launcher.run(strip._strip_amax_kernel, grid0, (x, amax_bits, sr_, sc_, R, C), consts0)
     launcher.run(kernel, plan["grid"], args, plan["consts_seed_ptr" if seed_ptr else "consts"])

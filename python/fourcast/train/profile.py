@@ -243,9 +243,10 @@ def pick_timeline_step(env: str | None, start: int, steps: int, profile_at: set[
         return step
     free = [s for s in range(start + 3, steps) if s not in profile_at] if profile_at else []
     return free[len(free) // 2] if free else -1
-# The profile's classes: the emulated GEMM's scale epilogue is part of its GEMM region.
+# The profile's classes: the emulated GEMM's scale epilogue is part of its GEMM region; "_amax_kernel"
+# names both amax passes (strip.py's _strip_amax_kernel, rowcol_gluon's).
 KERNEL_CLASSES = (("dequantize", ("_dequantize_kernel",)),
-                  ("quantize", ("_strip_kernel", "_strip_amax_kernel", "_quantize_kernel", "_rowcol_kernel")),
+                  ("quantize", ("_strip_kernel", "_amax_kernel", "_quantize_kernel", "_rowcol_kernel")),
                   ("gemm", ("gemm", "nvjet", "cutlass", "xmma", "_split_kernel", "_epilogue_kernel")),
                   ("attention", ("flash", "fmha", "attention", "sdpa")),
                   ("communication", ("nccl",)))
