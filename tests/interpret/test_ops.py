@@ -50,6 +50,22 @@ def test_input_rules():
         ops.gemm(ops.quantize(x, NV), ops.quantize(x[:, :32].contiguous(), NV))
 
 
+def test_formats_by_preset_name():
+    """A format may be named as fc.quantize takes it: the core's presets, the same dicts the
+    recipes give; an unknown name or another type raises FormatError naming what is valid."""
+    import fourcast as fc
+
+    x = testing.make_input("random", (16, 64))
+    for name in ("nvfp4", "mxfp4", "ue5m3", "e1m2", "int4", "int4-sm"):
+        f = fc.Format.preset(name)
+        d = dict(element=f.element, scale=f.scale, block=f.block, rule=f.rule)
+        assert testing.packed_diff(ops.quantize(x, name), ops.quantize(x, d)) == [], name
+    with pytest.raises(FormatError, match="valid: mxfp4, nvfp4"):
+        ops.quantize(x, "nvfp5")
+    with pytest.raises(FormatError, match="preset name or a dict"):
+        ops.quantize(x, 16)
+
+
 def test_gemm_impl_on_cpu_is_checked_then_the_reference():
     mx = testing.FORMATS["mxfp4"]
     x = testing.make_input("heavy", (32, 64), seed=2)

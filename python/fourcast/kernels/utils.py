@@ -115,9 +115,12 @@ _SPEC_CACHE: dict[tuple, Spec] = {}
 
 def parse_fmt(fmt: Any) -> Spec:
     """Check a TensorFormat dict (keys element, scale, block, tile_2d, rule) with the
-    same rules as the Rust `Recipe::validate`; a Spec passes through unchanged."""
+    same rules as the Rust `Recipe::validate`; a Spec passes through unchanged; a str is
+    one of the core's format presets (fc.Format.preset's names: nvfp4, mxfp4, ue5m3, ..)."""
     if isinstance(fmt, Spec):
         return fmt
+    if isinstance(fmt, str):
+        return _preset(fmt)
     if type(fmt) is dict and not torch.compiler.is_compiling():
         try:
             key = tuple(fmt.items())
@@ -133,9 +136,21 @@ def parse_fmt(fmt: Any) -> Spec:
     return _parse_fmt(fmt)
 
 
+def _preset(name: str) -> Spec:
+    """A format preset by name, as the core defines it (one list for fc.quantize and these
+    kernels; the core's FormatError names the valid ones)."""
+    spec = _SPEC_CACHE.get(("preset", name))
+    if spec is None:
+        from fourcast import _core
+
+        d = _core.format_preset(name)
+        spec = _SPEC_CACHE[("preset", name)] = _parse_fmt({k: d[k] for k in ("element", "scale", "block", "rule")})
+    return spec
+
+
 def _parse_fmt(fmt: Any) -> Spec:
     if not isinstance(fmt, dict):
-        raise FormatError(f"format must be a dict like a recipe TensorFormat, got {type(fmt).__name__}")
+        raise FormatError(f"format must be a preset name or a dict like a recipe TensorFormat, got {type(fmt).__name__}")
     unknown = set(fmt) - {"element", "scale", "block", "tile_2d", "rule"}
     if unknown:
         raise FormatError(f"unknown format keys {sorted(unknown)}")
