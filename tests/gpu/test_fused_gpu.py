@@ -390,6 +390,25 @@ def test_rowcol_gluon_row_and_column_rht_equal_reference(name, kind, dtype):
         assert torch.equal(testing.bits(col.values), testing.bits(testing.dequantize_unscaled(want_c, torch.bfloat16)))
 
 
+def test_calls_beside_rowcol_gluons_scope_take_strip_and_equal_reference():
+    """Two calls session 30 found mis-served by the Gluon route (offline): "sr16" MXFP4 with a
+    column RHT of 16 (routed to rowcol_gluon, whose kernel refuses it: a column RHT there spans a
+    block of 32) and a row RHT of 16 alone with the amax measured (the Gluon amax pass recorded
+    the rotated row amax as the column copy's). Both now take strip.py (the kernel, the amax
+    pass): the reference's bits, amaxes included."""
+    _hopper()
+    x = _with_nonfinite(testing.make_input("heavy", (512, 640), torch.bfloat16, DEV, seed=61))
+    s16 = (16, ref.rht_signs(16, "per-layer", 4).to(DEV))
+    for name, rounding, rht_r, rht_c in (("mxfp4", "sr16", None, s16), ("nvfp4", "rtne", s16, None),
+                                         ("nvfp4", "sr16", s16, None)):
+        spec = qk.parse_fmt(F[name])
+        plan = qk._rowcol_plan(x, spec, rounding, rounding, rht_r[0] if rht_r else 0, rht_c[0] if rht_c else 0,
+                               (True, True), (False, False), False, spec.two_level, not spec.two_level)
+        assert plan["route"] == ("strip" if rht_c else "gluon"), name
+        assert plan["amax"] is None or [a[0] for a in plan["amax"]] == ["strip"], name
+        testing.check_rowcol(x, F[name], rounding, rounding, 5, 2**32 + 48, rht_r, rht_c)
+
+
 @pytest.mark.parametrize("name", ["mxfp4", "ufp4-int4"])
 def test_rowcol_gluon_mxfp4_recipe_calls(name):
     """QLinear's calls under an MXFP4-style recipe (ops.rowcol_operands): X (row decoded after

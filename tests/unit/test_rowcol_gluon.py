@@ -429,6 +429,9 @@ def test_applies_to_its_scope_only():
     assert _applies(x, rht=(0, 16), codes=(False, True), xhat=(True, False))  # the X call
     assert _applies(x, rht=(0, 16), codes=(False, False), xhat=(True, True), rounding="sr16")  # TE's dY call
     assert not _applies(x, rht=(0, 32)) and not _applies(x, "mxfp4", rht=(0, 32))
+    # not on blocks of 32, even where their one-lane tile fits (the kernel's column RHT spans a
+    # block: a static assert; session 30 found "sr16" MXFP4 calls routed here and refused there)
+    assert not _applies(x, "mxfp4", rht=(0, 16), rounding="sr16", config=rg.BLOCK32_CONFIG)
     # a row RHT of the block size in one lane (MXFP4's Fprop operands); beside a column RHT of
     # 16 on blocks of 16 (UFP4's calls; quantize routes them here only once checked on a GPU)
     b32 = rg.BLOCK32_CONFIG

@@ -842,7 +842,7 @@ def applies(x: torch.Tensor, spec, rounding_r: str, rounding_c: str, rht: tuple,
     one_each = all(c != h for c, h in zip(codes_on, xhat_on))
     decoded_ok = not any(xhat_on) or (unscaled and xhat_dtype in (torch.bfloat16, torch.float16))
     rounding_ok = all(r == "rtne" or r == "sr16" and (spec.block == 16 or lane) for r in (rounding_r, rounding_c))
-    rht_ok = ((rn_r == 0 and (rn_c == 0 or rn_c == 16 and lane))
+    rht_ok = ((rn_r == 0 and (rn_c == 0 or rn_c == spec.block == 16 and lane))
               or (rn_c == 0 and rn_r == spec.block and lane)
               or (rn_r == rn_c == spec.block == 16 and lane))
     return (x.dtype in INPUTS and spec.packed and spec.block in (16, 32) and not spec.tile_2d
