@@ -197,6 +197,56 @@ def test_ufp4_amax_pass_takes_the_row_rht_in_f32_on_request(monkeypatch, row_f32
         assert grid == (512 // (cfg.bm * cfg.iters), 256 // cfg.bk) and consts["NW"] == cfg.warps
 
 
+_SWEEP = r"""
+import itertools, json, torch
+from fourcast.kernels import amax_gluon as ag, quantize as qk, rowcol_gluon as rg, testing
+qk._rowcol_gluon_for = lambda x: rg  # plan as on an sm_90 GPU
+names = ["nvfp4", "nvfp4-torchao", "mxfp4", "mxfp4-rceil", "ue5m3", "ufp4", "ufp4-int4", "int4-sm-mx", "e1m2-mx16",
+         "int4-ue5m3"]
+rhts = [(0, 0), (0, 16), (16, 0), (32, 0), (16, 16), (32, 16), (0, 32), (32, 32)]
+outs = [((True, True), (False, False)), ((False, True), (True, False)), ((False, False), (True, True)),
+        ((True, False), (False, True))]
+KEY = ("BM", "BK", "NW", "RN_R", "RN_C", "B", "F32", "COL_F32")  # what the kernels' static asserts read
+todo, kinds = {}, 0
+for name, r_r, r_c, rht, (codes, xhat), dtype in itertools.product(
+        names, ("rtne", "sr16"), ("rtne", "sr16"), rhts, outs, (torch.bfloat16, torch.float32)):
+    spec = qk.parse_fmt(testing.FORMATS[name])
+    x = torch.zeros(512, 512, dtype=dtype)
+    try:
+        plan = qk._rowcol_plan(x, spec, r_r, r_c, rht[0], rht[1], codes, xhat, any(xhat), spec.two_level,
+                               not spec.two_level, torch.bfloat16 if any(xhat) else None)
+    except Exception:  # refused up front, a typed error (tests elsewhere)
+        continue
+    kinds += 1
+    f32 = dtype == torch.float32
+    call = [name, r_r, r_c, list(rht), str(dtype)]
+    if plan["route"] == "gluon":
+        todo.setdefault(("rowcol",) + tuple(plan["consts"].get(k) for k in KEY),
+                        (rg._rowcol_kernel, plan["consts"], f32, call))
+    for route, _, consts in plan["amax"] or ():
+        if route == "gluon":
+            todo.setdefault(("amax",) + tuple(sorted(consts.items())), (ag._amax_kernel, consts, f32, call))
+failed = []
+for fn, consts, f32, call in todo.values():
+    try:
+        rg.compile_launch_sm90(fn, consts, f32)
+    except Exception as e:
+        failed.append(call + [fn.__name__, str(e).strip().splitlines()[-1][:160]])
+print(json.dumps(dict(kinds=kinds, compiled=len(todo), failed=failed)))
+"""
+
+
+def test_every_call_kind_the_gluon_route_takes_compiles():
+    """quantize routes a row+col call to rowcol_gluon (and its amax pass to amax_gluon) only where
+    the kernel takes it: every call kind of a grid (10 formats x 4 rounding pairs x 8 RHT pairs x
+    4 output pairs x bf16 / f32), planned as on an sm_90 GPU, compiles: one kernel per distinct
+    tile, RHTs, block, input dtype and COL_F32 (what the static asserts read) and every distinct
+    amax launch. Session 30 found an "sr16" MXFP4 call with a column RHT routed to a kernel that
+    refuses it; its sweep compiled all 1096 distinct kernels of this grid (Triton 3.6), none failed."""
+    r = testing.compiled_in_child(_SWEEP)
+    assert r["kinds"] == 2560 and r["compiled"] >= 20 and r["failed"] == [], r
+
+
 def test_one_lane_layouts_fit_their_tiles_only():
     """Config.one_lane's layouts are used where they cover the tile without a lane holding a
     copy of another's elements: blocks of 16, tiles whose row and column blocks divide a warp."""

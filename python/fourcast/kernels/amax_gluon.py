@@ -32,7 +32,7 @@ from triton.experimental.gluon import language as gl
 
 from fourcast.kernels.rowcol_gluon import (INPUTS, Config, _abs_max16, _abs_max_col, _abs_max_elems, _butterflies,
                                            _col_layout, _elems, _halves, _max_u16x2, _min_u16x2, _prescaled,
-                                           _rht_block, _rht_signs, _row_layout)
+                                           _rht_block, _rht_signs, _row_layout, compile_launch_sm90)
 
 
 @gluon.jit
@@ -335,19 +335,7 @@ def launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: bool = F
 
 def compile_sm90(rn_c: int, config: tuple | None = None, f32: bool = False, rht_mode: int = 0, rn_r: int = 0,
                  row_f32: bool = False):
-    """_amax_kernel compiled for sm_90a without a GPU (as rowcol_gluon.compile_sm90): what the
-    CPU tier checks."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
+    """_amax_kernel compiled for sm_90a without a GPU (rowcol_gluon.compile_launch_sm90): what
+    the CPU tier checks."""
     _, consts = launch(1, 1, rn_c, config, f32, rht_mode=rht_mode, rn_r=rn_r, row_f32=row_f32)
-    warps = consts.pop("num_warps")
-    maxnreg = consts.pop("maxnreg", None)
-    fn = _amax_kernel
-    sig = dict(X="*fp32" if f32 else "*bf16", AMAX_BITS="*i32", SIGNS_R="*fp32", SIGNS_C="*fp32", R="i32", C="i32",
-               **{k: "constexpr" for k in consts})
-    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ("X", "R", "C")}
-    src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
-    options = dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+    return compile_launch_sm90(_amax_kernel, consts, f32)

@@ -911,24 +911,33 @@ def compile_sm90(fmt_consts: dict, config: tuple = CONFIG, fuse: bool = False, x
                  rn_c: int = 0, f32: bool = False, mode_c: int | None = None, rn_r: int = 0, col_f32: bool = False):
     """_rowcol_kernel compiled for sm_90a without a GPU (Triton's bundled ptxas): what the
     CPU tier checks (tests/unit/test_rowcol_gluon.py)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
     consts = dict(constexprs(fmt_consts, config), FUSE_AMAX=fuse, XHAT_R_ON=xhat_r, XHAT_C_ON=xhat_c, MODE_R=mode,
                   MODE_C=mode if mode_c is None else mode_c, SEED_PTR=seed_ptr, RN_C=rn_c,
                   NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, F32=f32, RN_R=rn_r,
                   NORM_R=1.0 / math.sqrt(rn_r) if rn_r else 1.0, COL_F32=col_f32)
+    if maxnreg and "maxnreg" not in consts:
+        consts["maxnreg"] = maxnreg
+    return compile_launch_sm90(_rowcol_kernel, consts, f32)
+
+
+def compile_launch_sm90(fn, consts: dict, f32: bool = False):
+    """A Gluon kernel (this module's or amax_gluon's) compiled for sm_90a without a GPU from a
+    launch's constexprs (num_warps and maxnreg among them, as launcher.run takes them; f32: an
+    f32 input): the pointers and sizes aligned as the launcher's specialisation gives them."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    consts = dict(consts)
     warps = consts.pop("num_warps")
-    maxnreg = consts.pop("maxnreg", maxnreg)
-    fn = _rowcol_kernel
+    maxnreg = consts.pop("maxnreg", None)
     types = dict(X="*fp32" if f32 else "*bf16", XHAT_R="*bf16", XHAT_C="*bf16", AMAX_BITS="*i32", AMAX_IN_R="*fp32",
                  AMAX_IN_C="*fp32", TS_OUT="*fp32", SIGNS_R="*fp32", SIGNS_C="*fp32", R="i32", C="i32",
-                 seed="*i64" if seed_ptr else "i64", offset_r="i64", offset_c="i64")
+                 seed="*i64" if consts.get("SEED_PTR") else "i64", offset_r="i64", offset_c="i64")
     sig = {a: types.get(a, "*u8") for a in fn.arg_names if a not in consts}
     sig.update({k: "constexpr" for k in consts})
     aligned = ("X", "CODES_R", "SCALES_R", "XHAT_R", "CODES_C", "SCALES_C", "XHAT_C", "R", "C")
-    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned if a in fn.arg_names}
     src = GluonASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     options = dict(num_warps=warps, **({"maxnreg": maxnreg} if maxnreg else {}))
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
