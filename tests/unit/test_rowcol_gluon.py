@@ -145,7 +145,7 @@ def test_amax_pass_tiles_and_scope():
     assert ag.tile_for(0) == ag.tile_for(16, 1) == ag.CONFIG == rg.Config(64, 128, 8, 4)
     assert ag.tile_for(16, 1, 16) == ag.tile_for(0, 0, 16) == ag.ROW_RHT_CONFIG == rg.Config(64, 128, 8, 2)
     assert ag.tile_for(16, 2, 16) == ag.RHT_CONFIG
-    # the row RHT in f32 (AMAX_ROW_RHT_F32's variant): its fallback recomputes the row amax in f64
+    # the row RHT in f32 (ROW_RHT_F32's variant): its fallback recomputes the row amax in f64
     assert ag.tile_for(16, 1, 16, True) == ag.ROW_F32_CONFIG == rg.Config(64, 128, 8, 4)
     assert ag.tile_for(16, 2, 16, True) == ag.ROW_RHT_CONFIG
     assert ag.row_f32_on(16, False, True) and not ag.row_f32_on(16, True, True)
@@ -178,8 +178,8 @@ def test_amax_pass_tiles_and_scope():
 def test_ufp4_amax_pass_takes_the_row_rht_in_f32_on_request(monkeypatch, row_f32):
     """UFP4's X call measuring its amax (a row and a column RHT of 16) on an sm_90 GPU (forced
     here): two amax launches, RHT_MODE 1 then its fallback, with ROW_F32 as CONFIG_OVERRIDE
-    "amax_row_rht_f32" says (the benchmarks' switch; AMAX_ROW_RHT_F32 by default), each at
-    amax_config's tile for it."""
+    "amax_row_rht_f32" says (the benchmarks' switch; amax_gluon.ROW_RHT_F32 by default), each at
+    tile_for's tile for it."""
     monkeypatch.setattr(qk, "_gluon_rowcol_ok", lambda *a, **k: True)
     monkeypatch.setattr(qk, "_rowcol_gluon_for", lambda x: rg)
     monkeypatch.setattr(qk, "_ROWCOL_PLANS", {})

@@ -112,8 +112,9 @@ def _amax_kernel(X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C, RN_C: gl.constexpr, NORM_
     RHT needs a column one here), the column copy's at [1], after an RHT of 16 if RN_C) on
     _rowcol_kernel's one-lane tiling: a row's amax by halfword max.u16x2 on the words, each RHT's
     butterflies in one thread, where the strip kernel's cross lanes. A program takes ITERS row
-    tiles, the next one's words in flight, and makes two atomics. F32: x is f32 (two elements
-    a 64-bit word; the row amax by integer max on the bits). REVERSED: the tiles in the
+    tiles, the next one's words in flight, and makes two atomics (three or four with RHT_MODE
+    1's bounds). F32: x is f32 (two elements a 64-bit word; the row amax by integer max on the
+    bits). REVERSED: the tiles in the
     reverse of the quantize pass's launch order (False: the same order; the benchmarks time
     both), so the tiles read last, still in L2, are the ones it reads first.
     The RHTs' arithmetic (RHT_MODE): 0, f64 for every block (_rht_block: the reference's); 1
