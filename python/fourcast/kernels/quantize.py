@@ -1103,7 +1103,7 @@ def _gluon_rowcol_ok(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: s
 
 
 def _gluon_amax_ok(x: torch.Tensor, rht: tuple) -> bool:
-    """rowcol_gluon's amax pass serves this row+col call's (amax_gluon.applies, on an
+    """amax_gluon's pass serves this row+col call's (amax_gluon.applies, on an
     sm_90 GPU with Gluon) unless the benchmarks pin strip.py's (CONFIG_OVERRIDE "rowcol" or
     "amax" = "strip"). Session 18: TE's X call measures its amax ahead of the quantizer,
     with the column RHT, in about half of the call's time on strip.py's pass (training-h200.md
@@ -1190,7 +1190,7 @@ def _rowcol_plan(x: torch.Tensor, spec: Spec, rounding_r: str, rounding_c: str, 
     # The amax pass's launches (kernel, grid, constexprs). Benchmarks only: "amax_reversed" False
     # runs it in launch order, "amax_rht_f32" False a column RHT's in f64 throughout ("col_rht_f32"
     # True puts the quantize pass's in f32: rowcol_gluon.col_rht_f32), "amax_row_rht_f32" True or
-    # False a row RHT's in f32 or f64 (rowcol_gluon.amax_row_f32).
+    # False a row RHT's in f32 or f64 (amax_gluon.row_f32_on).
     reversed_ = CONFIG_OVERRIDE.get("amax_reversed", True)
     if fresh and route in ("strip", "gluon") and _gluon_amax_ok(x, (rn, rnc)):
         ag, f32, tile = _amax_gluon(), x.dtype == torch.float32, CONFIG_OVERRIDE.get("amax_gluon")
@@ -1255,7 +1255,7 @@ def launch_rowcol(x, spec: Spec, rounding_r: str, rounding_c: str, seed: int, of
     xhat_c = torch.empty((R, C), dtype=xd, device=dev) if xhat_on[1] else x
     ts = torch.empty(2, dtype=torch.float32, device=dev)
     # The measured amaxes' bits (atomic max, so zeroed first), only where a pass measures them.
-    # (words 2 and 3: the bounds of rowcol_gluon's f32 column and row RHTs, RHT_MODE 1)
+    # (words 2 and 3: the bounds of amax_gluon's f32 column and row RHTs, RHT_MODE 1)
     amax_bits = torch.zeros(4, dtype=torch.int32, device=dev) if fresh or fuse else _unmeasured_amax(dev)
     measured = amax_bits.view(torch.float32)
     amax_in = tuple(measured[i] if a is None else torch.as_tensor(a, dtype=torch.float32, device=dev).reshape(())
