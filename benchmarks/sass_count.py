@@ -169,6 +169,26 @@ def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = 
                 to_exit_per_elem=to_exit / elems, ops=_opcodes(sass, elems) if not cfg.loop else {})
 
 
+def amax(rn_c: int, rn_r: int = 0, mode: int = 0, row_f32: bool = False) -> dict:
+    """amax_gluon's pass (a bf16 input) at its tile for the launch: RHT_MODE 0 (f64 RHTs), 1
+    (the column RHT in f32, the row RHT in f64 or, row_f32, in f32), 2 (the fallback: what it
+    runs when a bound calls for it). The unrolled count covers the program's ITERS tiles."""
+    from fourcast.kernels import amax_gluon as ag
+
+    cfg = ag.tile_for(rn_c, mode, rn_r, row_f32)
+    k = ag.compile_sm90(rn_c, None, False, mode, rn_r, row_f32)
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    n, elems = _count(sass), cfg.iters * cfg.bm * cfg.bk / (32 * cfg.warps)
+    rht = (f" row RHT{rn_r}" + (" f32" if row_f32 and mode == 1 else "") if rn_r else "") + (
+        f" col RHT{rn_c}" if rn_c else "")
+    return dict(kernel=f"amax pass {cfg.bm}x{cfg.bk} {cfg.warps}w x{cfg.iters} mode {mode}" + rht, fmt="bf16 x",
+                rounding="", rht=rn_r or rn_c, out="amax", instr=n, per_elem=n / elems, ops=_opcodes(sass, elems))
+
+
 CASES = [
     ("e2m1/e4m3/16/te", "rtne", 0), ("e2m1/ue8m0/32/floor", "rtne", 0), ("e2m1/ue5m3/16/te", "rtne", 0),
     ("e1m2/ue5m3/16/te", "rtne", 0), ("e2m1/e4m3/16/te", "sr", 0), ("e2m1/e4m3/16/te", "rtne", 16),
@@ -208,6 +228,8 @@ def main() -> None:
         rows.append(strip(mx, "rtne", codes=(False, True), xhat=(True, False), unscaled=True, rounding_c="sr16",
                           rn_r=32))
         rows.append(gluon(mx, xhat_r=True, rounding="rtne", rounding_c="sr16", rn_r=32))
+        rows += [amax(0), amax(16, mode=1), amax(16, mode=0), amax(16, 16, 1), amax(16, 16, 1, True),
+                 amax(16, 16, 2, True)]  # the amax pass: TE's, UFP4's (row RHT f64, f32), a fallback
         from fourcast.kernels import rowcol_gluon as rg
 
         for cfg in (rg.Config(64, 128, 8, 8, 64, True, True), rg.Config(64, 128, 8, 8, 80, True, True),
