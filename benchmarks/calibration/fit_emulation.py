@@ -99,7 +99,7 @@ def run_dir(recipe: str) -> pathlib.Path:
 
 
 STRIP_ITERS = 4  # kernels/strip.py STRIP_ITERS: the most row tiles a strip program takes since session 10
-QUANT_REV = 23  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
+QUANT_REV = 24  # rust ops.rs QUANT_REV: the current quantizer kernels' revision (an op's default)
 
 
 def quant_kernel(rev: int | None) -> tuple[int, bool]:

@@ -579,7 +579,8 @@ def test_amax_pass_row_rht_in_f32_equals_f64(case, fallback):
     cannot settle holds the max, and not where such a block lies below it. The inputs are the
     column test's, transposed: its column blocks become row blocks."""
     _hopper()
-    x = _f32_rht_input(case).t().contiguous()  # (640, 1024): the special blocks along rows
+    x = _f32_rht_input(case).t()  # (640, 1024): the special blocks along rows; 128 zero rows more
+    x = torch.cat([x, torch.zeros(128, 1024, dtype=x.dtype, device=DEV)])  # for the tile's 256 rows
     signs_r = ref.rht_signs(16, "per-layer", 5).to(DEV).float()
     signs_c = ref.rht_signs(16, "te").to(DEV).float()
     want = _dual_rht_amax(x, signs_r, signs_c, (0,), False)

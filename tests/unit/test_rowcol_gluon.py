@@ -137,6 +137,17 @@ def test_amax_pass_compiles(rn_c, f32, mode, rn_r, row_f32):
     assert (k["f64"] > 0) == (rn_c == 16 and mode != 1 or rn_r == 16 and (mode == 0 or (mode == 1) != row_f32))
 
 
+def test_amax_launch_refuses_a_partial_grid():
+    """amax_gluon.launch takes whole programs only: a grid of R // rows would skip the rest."""
+    from fourcast.errors import ShapeError
+
+    assert ag.launch(512, 384, 16)[0] == (1, 3)  # RHT_CONFIG: 4 warps x 8 tiles of 64 rows
+    with pytest.raises(ShapeError, match="whole 512 x 128 programs"):
+        ag.launch(640, 384, 16)
+    with pytest.raises(ShapeError):
+        ag.launch(512, 320, 0)
+
+
 def test_amax_pass_tiles_and_scope():
     """The amax pass's tile per launch (session 25's timings): without an RHT and with the f32
     column RHT (mode 1) 8 warps x 4 tiles, the f64 RHT (modes 0 and 2) 4 x 8, a row RHT 8 x 2
@@ -532,7 +543,7 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     monkeypatch.setattr(qk, "_ROWCOL_PLANS", {})
     calls = []
     monkeypatch.setattr(qk.launcher, "run", lambda fn, grid, args, consts: calls.append((fn, grid, args, consts)))
-    x = torch.zeros(256, 384, dtype=torch.bfloat16)
+    x = torch.zeros(512, 384, dtype=torch.bfloat16)  # whole programs of every amax tile
     seed_arg = torch.tensor([5], dtype=torch.int64) if seed == "tensor" else 5
     spec = parse_fmt(F[name])
     # rn_c < 0: a row RHT of -rn_c; a pair: (row, column) RHT sizes
@@ -543,14 +554,14 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
     o = qk.launch_rowcol(x, spec, rounding, rounding, seed_arg, 7, rht_r, rht_c, amax, amax, write_codes=codes,
                          write_xhat=xhat, unscaled=True)
     fn, grid, args, consts = calls[-1]
-    cfg = rg.config_for(256, rounding, rn_c, spec.block, rounding, rn_r, True, xhat)
-    assert fn is rg._rowcol_kernel and grid == rg.grid(256, 384, cfg)
+    cfg = rg.config_for(512, rounding, rn_c, spec.block, rounding, rn_r, True, xhat)
+    assert fn is rg._rowcol_kernel and grid == rg.grid(512, 384, cfg)
     names = [p.name for p in fn.params]
     runtime = [p.name for p in fn.params if not p.is_constexpr]
     assert len(args) == len(runtime)
     assert set(consts) - {"num_warps", "maxnreg"} == {p.name for p in fn.params if p.is_constexpr}
     arg = dict(zip(names, args))
-    assert arg["X"] is x and (arg["R"], arg["C"]) == (256, 384)
+    assert arg["X"] is x and (arg["R"], arg["C"]) == (512, 384)
     assert (arg["offset_r"], arg["offset_c"]) == (7, 7 + x.numel())
     assert arg["seed"] is seed_arg if seed == "tensor" else arg["seed"] == 5
     assert consts["SEED_PTR"] == (seed == "tensor") and consts["MODE_R"] == consts["MODE_C"] == qk.ROUND_ID[rounding]
@@ -573,9 +584,9 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
         for (fn0, grid0, args0, consts0), mode in zip(calls, modes):
             assert fn0 is ag._amax_kernel and consts0["RHT_MODE"] == mode and consts0["REVERSED"]
             cfg0 = ag.tile_for(rn_c, mode, rn_r, consts0["ROW_F32"])
-            assert grid0 == (256 // (cfg0.bm * cfg0.iters), 384 // cfg0.bk) and consts0["NW"] == cfg0.warps
+            assert grid0 == (512 // (cfg0.bm * cfg0.iters), 384 // cfg0.bk) and consts0["NW"] == cfg0.warps
             amax_arg = dict(zip([q.name for q in fn0.params], args0))
-            assert amax_arg["X"] is x and (amax_arg["R"], amax_arg["C"]) == (256, 384)
+            assert amax_arg["X"] is x and (amax_arg["R"], amax_arg["C"]) == (512, 384)
             assert amax_arg["AMAX_BITS"].data_ptr() == calls[-1][2][names.index("AMAX_IN_R")].data_ptr()
             assert amax_arg["AMAX_BITS"].numel() == 4  # words 2 and 3: RHT_MODE 1's bounds
             assert (amax_arg["SIGNS_C"] is signs) if rn_c else amax_arg["SIGNS_C"].numel() <= 1

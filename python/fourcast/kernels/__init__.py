@@ -40,7 +40,9 @@ from fourcast.kernels.utils import Packed
 # strip.py), a bf16 input's RHT of 16 with its signs and 1/4 applied in f32 (TE's rotated calls
 # 0.96-0.98x, UFP4's 0.87-0.96x of the same kernel without it), UFP4's X and W calls at 80
 # registers (0.88-0.89x), and their amax pass on rowcol_gluon too (the calls measuring their
-# amax 0.76-0.79x; session 29, H100; priced as 21 until a training run records it).
-QUANT_REV = 23
+# amax 0.76-0.79x; session 29, H100; priced as 21 until a training run records it), 24 that
+# amax pass rotates a bf16 input's rows in f32 too where exact (amax_gluon.ROW_RHT_F32: UFP4's
+# calls measuring their amax 0.90-0.91x; session 30, H100; priced as 21 likewise).
+QUANT_REV = 24
 
 __all__ = ["ops", "Packed", "QUANT_REV"]

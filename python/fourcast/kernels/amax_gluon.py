@@ -30,6 +30,7 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from fourcast.errors import ShapeError
 from fourcast.kernels.rowcol_gluon import (INPUTS, Config, _abs_max16, _abs_max_col, _abs_max_elems, _butterflies,
                                            _col_layout, _elems, _halves, _max_u16x2, _min_u16x2, _prescaled,
                                            _rht_block, _rht_signs, _row_layout, compile_launch_sm90)
@@ -308,10 +309,11 @@ def modes(rn_c: int, f32: bool, rht_f32: bool = True) -> tuple[int, ...]:
 
 
 # Whether a bf16 input's row RHT of 16 (beside a column one: UFP4's calls) runs in f32 in the
-# amax pass's RHT_MODE 1 by default, as the column RHT does, its f64 fallback in mode 2. Held
-# back until its GPU test (test_amax_pass_row_rht_in_f32_equals_f64) has run: written in
-# session 30 without a device; offline (Triton 3.6, sm_90a) see ROW_F32_CONFIG.
-ROW_RHT_F32 = False
+# amax pass's RHT_MODE 1 by default, as the column RHT does, its f64 fallback in mode 2.
+# Session 30 (H100, CUDA-graph replays, two samples in turns, the same bytes): UFP4's calls
+# measuring their amax 0.90-0.91x their time with the row RHT in f64 (the X call 282.6 -> 253.4
+# us at 8192^2, W 306.3 -> 277.9, dY 331.7 -> 302.5; 16384 x 4096 alike).
+ROW_RHT_F32 = True
 
 
 def row_f32_on(rn_r: int, f32: bool, on: bool | None = None) -> bool:
@@ -327,6 +329,9 @@ def launch(R: int, C: int, rn_c: int, config: tuple | None = None, f32: bool = F
     column RHT of rn_c and a row RHT of rn_r (reversed_, rht_mode, row_f32: its REVERSED,
     RHT_MODE, ROW_F32); its arguments (X, AMAX_BITS, SIGNS_R, SIGNS_C, R, C): four words, zeroed."""
     config = Config(*(config or tile_for(rn_c, rht_mode, rn_r, row_f32)))
+    if R % (config.bm * config.iters) or C % config.bk:  # a partial grid would skip rows or columns
+        raise ShapeError(f"amax pass: ({R}, {C}) is not whole {config.bm * config.iters} x {config.bk} programs "
+                         f"(applies says where it serves)")
     consts = dict(RN_C=rn_c, NORM_C=1.0 / math.sqrt(rn_c) if rn_c else 1.0, BM=config.bm, BK=config.bk,
                   NW=config.warps, ITERS=config.iters, F32=f32, REVERSED=reversed_, RHT_MODE=rht_mode,
                   RN_R=rn_r, NORM_R=1.0 / math.sqrt(rn_r) if rn_r else 1.0, ROW_F32=row_f32,
@@ -338,5 +343,5 @@ def compile_sm90(rn_c: int, config: tuple | None = None, f32: bool = False, rht_
                  row_f32: bool = False):
     """_amax_kernel compiled for sm_90a without a GPU (rowcol_gluon.compile_launch_sm90): what
     the CPU tier checks."""
-    _, consts = launch(1, 1, rn_c, config, f32, rht_mode=rht_mode, rn_r=rn_r, row_f32=row_f32)
+    _, consts = launch(0, 0, rn_c, config, f32, rht_mode=rht_mode, rn_r=rn_r, row_f32=row_f32)
     return compile_launch_sm90(_amax_kernel, consts, f32)

@@ -201,8 +201,10 @@ const STRIP_ITERS: u32 = 4;
 /// Revision 23 (session 29: rowcol_gluon.py takes UFP4's calls, a row and a column RHT
 /// together, and their amax pass, which ran strip.py; a bf16 input's RHT of 16 with the signs
 /// and norm in f32) is priced as 21 likewise: UFP4's calls are priced as strip.py's until a
-/// run records them.
-pub const QUANT_REV: u32 = 23;
+/// run records them. Revision 24 (session 30: that amax pass rotates a bf16 input's rows in f32
+/// too where exact, as its columns; UFP4's calls measuring their amax 0.90-0.91x on an H100)
+/// is priced as 21 likewise.
+pub const QUANT_REV: u32 = 24;
 
 /// What a revision of fourcast's quantizer kernels did, as far as the pricing tells them
 /// apart. The one place revisions map to kernels (benchmarks/calibration/fit_emulation.py
