@@ -10,10 +10,11 @@ pass is strip.py's _strip_amax_kernel.
   exponent within 12 binades of the block's largest) and bounds the rest; a second launch
   redoes the column amax in f64 only when a bound exceeds the exact blocks' max (session 25:
   the RHT's pass 99.7 -> 67 us at 8192^2 on an H100, the same bits).
-- A row RHT of 16 beside a column one (UFP4's calls) runs in f64 there, in one thread as the
-  quantizer's (session 29: UFP4's calls measuring their amax 0.75-0.79x on strip.py's pass),
-  or in f32 with its own bound and fallback as the column RHT's (session 30: ROW_RHT_F32, off
-  until its GPU test runs). A row RHT alone takes strip.py's pass.
+- A row RHT of 16 beside a column one (UFP4's calls) ran in f64 there, in one thread as the
+  quantizer's (session 29: UFP4's calls measuring their amax 0.75-0.79x on strip.py's pass);
+  since session 30 a bf16 input's runs in f32 with its own bound and fallback, as the column
+  RHT's (ROW_RHT_F32: those calls 0.90-0.91x again, the same bytes). A row RHT alone takes
+  strip.py's pass.
 - Its programs run in the reverse of the quantizer's launch order, so the tiles it reads last,
   still in L2, are the quantizer's first (session 25: never slower, gains under 1%).
 
@@ -268,10 +269,11 @@ RHT_CONFIG = Config(64, 128, 4, 8)
 # RHT_CONFIG's 4 warps spill 16-56 bytes and CONFIG's 4 tiles take 176. Session 29 (H100):
 # the calls measuring their amax 0.75-0.79x strip.py's pass; no other tile timed.
 ROW_RHT_CONFIG = Config(64, 128, 8, 2)
-# Both RHTs in f32 (ROW_RHT_F32's variant), offline only (session 30, Triton 3.6, sm_90a): 8 warps
+# Both RHTs in f32 (ROW_RHT_F32), by the offline counts (session 30, Triton 3.6, sm_90a): 8 warps
 # x 4 tiles 121 registers, 24.8 SASS instructions an element, no f64 (x 2: 99, 27.1); the f64 row
 # RHT at ROW_RHT_CONFIG 105 registers, 26.9 an element of which 4 DADD and 2 F2F (f64 adds at
-# half f32's rate on an H100, f32 <-> f64 conversions slower still); 8 x 8 spills 56 bytes. Not timed.
+# half f32's rate on an H100, f32 <-> f64 conversions slower still); 8 x 8 spills 56 bytes. Timed
+# against the f64 row RHT at ROW_RHT_CONFIG (ROW_RHT_F32), not against other tiles.
 ROW_F32_CONFIG = Config(64, 128, 8, 4)
 
 
