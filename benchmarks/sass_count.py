@@ -14,16 +14,14 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import re
-import subprocess
-import tempfile
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from fourcast.kernels import quantize as qk
+from fourcast.kernels import testing
 from fourcast.kernels.utils import parse_fmt
 
 PTRS = dict(X="*bf16", CODES="*u8", SCALES="*u8", XHAT="*bf16", ROT="*fp32", AMAX_BITS="*i32", AMAX_IN="*fp32",
@@ -44,11 +42,7 @@ def _sass(fn, signature: dict, constexprs: dict, warps: int) -> str:
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in ALIGNED if a in fn.arg_names}
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        return subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    return testing.cuda_tool(k, "nvdisasm", "-c")
 
 
 INSTR = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+\S")
@@ -149,11 +143,7 @@ def gluon(fmt: str, xhat_r: bool = False, xhat_c: bool = False, rounding: str = 
     bm, bk, warps, iters = cfg[:4]
     k = rg.compile_sm90(qk._constexprs(spec, rounding), cfg, fuse=False, xhat_r=xhat_r, xhat_c=xhat_c,
                         mode=qk.ROUND_ID[rounding], rn_c=rn_c, mode_c=qk.ROUND_ID[rounding_c], rn_r=rn_r)
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    sass = testing.cuda_tool(k, "nvdisasm", "-c")
     n, elems = _count(sass), iters * bm * bk / (32 * warps)
     # up to the first EXIT: what runs (the division slow paths sit after it)
     to_exit = next(i for i, line in enumerate(l for l in sass.splitlines() if INSTR.match(l)) if "EXIT" in line)
@@ -177,11 +167,7 @@ def amax(rn_c: int, rn_r: int = 0, mode: int = 0, row_f32: bool = False) -> dict
 
     cfg = ag.tile_for(rn_c, mode, rn_r, row_f32)
     k = ag.compile_sm90(rn_c, None, False, mode, rn_r, row_f32)
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(k.asm["cubin"])
-        f.flush()
-        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    sass = testing.cuda_tool(k, "nvdisasm", "-c")
     n, elems = _count(sass), cfg.iters * cfg.bm * cfg.bk / (32 * cfg.warps)
     rht = (f" row RHT{rn_r}" + (" f32" if row_f32 and mode == 1 else "") if rn_r else "") + (
         f" col RHT{rn_c}" if rn_c else "")

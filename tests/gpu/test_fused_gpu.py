@@ -488,17 +488,18 @@ def test_rowcol_gluon_amax_pass_equals_strip(rn_r, rn_c, row_f32, kind, amax_cfg
     testing.check_rowcol(x, f, "rtne", "rtne", 0, 0, rht_r, rht_c)
 
 
-def _column_rht_amax(x, signs, modes):
-    """amax_gluon's pass over a bf16 x with a column RHT of 16, its launches at RHT_MODEs
-    `modes` in turn: its words (row amax, column amax, RHT_MODE 1's column bound, 0)."""
+def _amax_words(x, signs_c, modes, signs_r=None, row_f32=False):
+    """amax_gluon's pass over a bf16 x with a column RHT of 16 (and a row RHT of 16 with signs_r:
+    UFP4's calls, its rows in f32 if row_f32), its launches at RHT_MODEs `modes` in turn: its four
+    words (row amax, column amax, RHT_MODE 1's bounds on the column and the row copies)."""
     from fourcast.kernels import amax_gluon as ag
     from fourcast.kernels import launcher
 
     R, C = x.shape
     bits = torch.zeros(4, dtype=torch.int32, device=DEV)
     for mode in modes:
-        grid, consts = ag.launch(R, C, 16, None, False, True, mode)
-        launcher.run(ag._amax_kernel, grid, (x, bits, signs, signs, R, C), consts)  # no row RHT: SIGNS_R unread
+        grid, consts = ag.launch(R, C, 16, None, False, True, mode, 16 if signs_r is not None else 0, row_f32)
+        launcher.run(ag._amax_kernel, grid, (x, bits, signs_c if signs_r is None else signs_r, signs_c, R, C), consts)
     return bits.tolist()
 
 
@@ -541,10 +542,10 @@ def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
     _hopper()
     x = _f32_rht_input(case)
     signs = ref.rht_signs(16, "te").to(DEV).float()
-    want = _column_rht_amax(x, signs, (0,))
-    got = _column_rht_amax(x, signs, (1, 2))
+    want = _amax_words(x, signs, (0,))
+    got = _amax_words(x, signs, (1, 2))
     assert got[:2] == want[:2], (case, got, want)
-    first = _column_rht_amax(x, signs, (1,))
+    first = _amax_words(x, signs, (1,))
     if fallback is not None:
         assert (first[2] > first[1]) == fallback, (case, first)
     if not first[2] > first[1]:  # the f32 pass alone settled it
@@ -554,21 +555,6 @@ def test_amax_pass_column_rht_in_f32_equals_f64(case, fallback):
     o = qk.launch_rowcol(x, spec, "rtne", "rtne", 0, 0, None, (16, signs), None, None, write_codes=True,
                          write_xhat=False)
     assert [testing.bits(a.reshape(1)).item() for a in o["amax"]] == want[:2]
-
-
-def _dual_rht_amax(x, signs_r, signs_c, modes, row_f32):
-    """amax_gluon's pass over a bf16 x with a row and a column RHT of 16 (UFP4's calls), its
-    launches at RHT_MODEs `modes` in turn: its four words (row amax, column amax, RHT_MODE 1's
-    bounds on the column and the row copies)."""
-    from fourcast.kernels import amax_gluon as ag
-    from fourcast.kernels import launcher
-
-    R, C = x.shape
-    bits = torch.zeros(4, dtype=torch.int32, device=DEV)
-    for mode in modes:
-        grid, consts = ag.launch(R, C, 16, None, False, True, mode, 16, row_f32)
-        launcher.run(ag._amax_kernel, grid, (x, bits, signs_r, signs_c, R, C), consts)
-    return bits.tolist()
 
 
 @pytest.mark.parametrize("case,fallback", F32_RHT_CASES)
@@ -583,11 +569,11 @@ def test_amax_pass_row_rht_in_f32_equals_f64(case, fallback):
     x = torch.cat([x, torch.zeros(128, 1024, dtype=x.dtype, device=DEV)])  # for the tile's 256 rows
     signs_r = ref.rht_signs(16, "per-layer", 5).to(DEV).float()
     signs_c = ref.rht_signs(16, "te").to(DEV).float()
-    want = _dual_rht_amax(x, signs_r, signs_c, (0,), False)
-    got = _dual_rht_amax(x, signs_r, signs_c, (1, 2), True)
+    want = _amax_words(x, signs_c, (0,), signs_r, False)
+    got = _amax_words(x, signs_c, (1, 2), signs_r, True)
     assert got[:2] == want[:2], (case, got, want)
-    assert _dual_rht_amax(x, signs_r, signs_c, (1, 2), False)[:2] == want[:2], case  # the row RHT in f64
-    first = _dual_rht_amax(x, signs_r, signs_c, (1,), True)
+    assert _amax_words(x, signs_c, (1, 2), signs_r, False)[:2] == want[:2], case  # the row RHT in f64
+    first = _amax_words(x, signs_c, (1,), signs_r, True)
     if fallback is not None:
         assert (first[3] > first[0]) == fallback, (case, first)
     if not first[3] > first[0]:  # the f32 pass alone settled the row copy

@@ -18,9 +18,9 @@ def f32_sums(x: torch.Tensor) -> torch.Tensor:
     return butterflies(x.float() * SIGNS)
 
 
-def butterflies(y: torch.Tensor) -> torch.Tensor:
-    """The RHT's butterflies on signed f32 blocks [blocks, 16], in _rht_block's order."""
-    h = 1
+def butterflies(y: torch.Tensor, h: int = 1) -> torch.Tensor:
+    """The RHT's butterflies on signed f32 blocks [blocks, 16], in _rht_block's order (from
+    stage h: 1, 2, 4 or 8)."""
     while h < 16:
         y = y.reshape(-1, 16 // (2 * h), 2, h)
         y = torch.stack([y[:, :, 0, :] + y[:, :, 1, :], y[:, :, 0, :] - y[:, :, 1, :]], dim=2)
@@ -113,16 +113,7 @@ def test_row_blocks_spread_from_their_words():
     hi = torch.from_numpy(words & 0xFFFF0000).to(torch.int32).view(torch.float32)
     a, b = lo * SIGNS[0::2], hi * SIGNS[1::2]  # stage 1 pairs elements 2k and 2k + 1
     s = torch.stack([a + b, a - b], dim=2).reshape(-1, 16)
-    assert torch.equal(butterflies_from(s, 2).view(torch.int32), f32_sums(x).view(torch.int32))
-
-
-def butterflies_from(y: torch.Tensor, h: int) -> torch.Tensor:
-    """butterflies' stages h, 2h, .. 8 on f32 blocks [blocks, 16]."""
-    while h < 16:
-        y = y.reshape(-1, 16 // (2 * h), 2, h)
-        y = torch.stack([y[:, :, 0, :] + y[:, :, 1, :], y[:, :, 0, :] - y[:, :, 1, :]], dim=2)
-        h *= 2
-    return y.reshape(-1, 16)
+    assert torch.equal(butterflies(s, 2).view(torch.int32), f32_sums(x).view(torch.int32))
 
 
 # ---- the quantize pass's column RHT of 16 in f32 (rowcol_gluon._rht16_split_half)
