@@ -4,9 +4,10 @@ run prints one JSON line (the checksums must agree between wheels where the chan
 session 28's runs drew x unseeded, so theirs do not compare). Sets: "scale_l2" (session 28: the
 scale byte stores' L2 policy in quantize.py's and strip.py's kernels), "rht" (session 29: the
 rotated calls of TE's and UFP4's recipes on rowcol_gluon), "ufp4_amax" (UFP4's calls measuring
-their amax). KEY=VALUE arguments set quantize.CONFIG_OVERRIDE entries for the run, so one wheel
-can time two routes in turns (amax=strip: strip.py's amax pass; amax_row_rht_f32=True: the
-amax pass's row RHT in f32, session 30).
+their amax), "rht_amax" (those and TE's X and dY calls measuring theirs, session 31). KEY=VALUE
+arguments set quantize.CONFIG_OVERRIDE entries for the run, so one wheel can time two routes in
+turns (amax=strip: strip.py's amax pass; amax_row_rht_f32=True: the amax pass's row RHT in f32,
+session 30).
 
     for w in a b a b; do pip install --no-deps --force-reinstall .devwheel/$w/*.whl
         python3 benchmarks/wheel_ab.py rht $w; done
@@ -78,7 +79,15 @@ def ufp4_amax_calls(x):
             ("UFP4 dY, amax measured, SR16", _rotated(x, uf, (dec, dec), "sr16", row_rht=True)))
 
 
-SETS = {"scale_l2": scale_l2_calls, "rht": rht_calls, "ufp4_amax": ufp4_amax_calls}
+def rht_amax_calls(x):
+    """(name, call): the rotated calls measuring their amax, TE's (a column RHT) and UFP4's (both):
+    the amax pass's f32 butterflies (session 31: their last stage as |a| + |b|)."""
+    nv = F["nvfp4"]
+    return (("TE X, amax measured", _rotated(x, nv, ("decoded", "packed"))),
+            ("TE dY, amax measured, SR16", _rotated(x, nv, ("packed", "packed"), "sr16"))) + ufp4_amax_calls(x)
+
+
+SETS = {"scale_l2": scale_l2_calls, "rht": rht_calls, "ufp4_amax": ufp4_amax_calls, "rht_amax": rht_amax_calls}
 
 
 def checksum(out) -> int:

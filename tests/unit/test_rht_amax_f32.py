@@ -116,6 +116,37 @@ def test_row_blocks_spread_from_their_words():
     assert torch.equal(butterflies(s, 2).view(torch.int32), f32_sums(x).view(torch.int32))
 
 
+def butterflies_to(y: torch.Tensor, last: int) -> torch.Tensor:
+    """butterflies' stages before stage `last` on signed f32 blocks [blocks, 16]."""
+    h = 1
+    while h < last:
+        y = y.reshape(-1, 16 // (2 * h), 2, h)
+        y = torch.stack([y[:, :, 0, :] + y[:, :, 1, :], y[:, :, 0, :] - y[:, :, 1, :]], dim=2)
+        h *= 2
+    return y.reshape(-1, 16)
+
+
+def test_last_stage_as_abs_sums_gives_the_same_max_bits():
+    """amax_gluon._abs_sum_stage: the max over the last stage's pairs (elements i and i + 8) of
+    |a| + |b| has the bits of the max |S| over the full butterflies (RN is odd and monotone),
+    for exact and inexact blocks, huge ones whose sums overflow, and non-finite ones (a NaN on
+    both sides where either has one)."""
+    x = torch.cat([blocks(s).float() for s in range(3)])
+    x[:32] *= 2.0 ** 124  # sums past f32's range: inf, and inf - inf = NaN, in the butterflies
+    x[32:36] = 3e38
+    x[36:40, 5] = float("inf")
+    x[40:44, 7] = float("-inf")
+    x[44:48, 3] = float("nan")
+    y = x * SIGNS
+    full = (butterflies(y).view(torch.int32) & 0x7FFFFFFF).max(dim=1).values
+    s = butterflies_to(y, 8)
+    short = (s[:, :8].abs() + s[:, 8:].abs()).view(torch.int32).max(dim=1).values
+    nan = full > 0x7F800000
+    assert nan[:36].any() and nan[44:48].all() and torch.equal(short > 0x7F800000, nan)
+    assert torch.equal(short[~nan], full[~nan])
+    assert (full[~nan] == 0x7F800000).any()  # an infinite max among them
+
+
 # ---- the quantize pass's column RHT of 16 in f32 (rowcol_gluon._rht16_split_half)
 
 SPREAD = 12  # a part's exponent fields within SPREAD of each other: its butterflies exact in f32

@@ -157,7 +157,7 @@ def test_amax_pass_tiles_and_scope():
     assert ag.tile_for(16, 1, 16) == ag.tile_for(0, 0, 16) == ag.ROW_RHT_CONFIG == rg.Config(64, 128, 8, 2)
     assert ag.tile_for(16, 2, 16) == ag.RHT_CONFIG
     # the row RHT in f32 (ROW_RHT_F32's variant): its fallback recomputes the row amax in f64
-    assert ag.tile_for(16, 1, 16, True) == ag.ROW_F32_CONFIG == rg.Config(64, 128, 8, 4)
+    assert ag.tile_for(16, 1, 16, True) == ag.ROW_F32_CONFIG == rg.Config(64, 128, 8, 4, 128)
     assert ag.tile_for(16, 2, 16, True) == ag.ROW_RHT_CONFIG
     assert ag.row_f32_on(16, False, True) and not ag.row_f32_on(16, True, True)
     assert not ag.row_f32_on(0, False, True)
@@ -591,7 +591,7 @@ def test_launch_rowcol_hands_the_gluon_kernel_every_parameter(monkeypatch, name,
             assert amax_arg["AMAX_BITS"].numel() == 4  # words 2 and 3: RHT_MODE 1's bounds
             assert (amax_arg["SIGNS_C"] is signs) if rn_c else amax_arg["SIGNS_C"].numel() <= 1
             assert (amax_arg["SIGNS_R"] is signs_r) if rn_r else amax_arg["SIGNS_R"].numel() <= 1
-            assert set(consts0) - {"num_warps"} == {q.name for q in fn0.params if q.is_constexpr}
+            assert set(consts0) - {"num_warps", "maxnreg"} == {q.name for q in fn0.params if q.is_constexpr}
             assert consts0["RN_C"] == rn_c and consts0["RN_R"] == rn_r
             assert consts0["ROW_F32"] == (rn_r == 16 and ag.ROW_RHT_F32)
     assert consts["FUSE_AMAX"] == (not spec.two_level and amax is None)
