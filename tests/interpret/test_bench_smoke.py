@@ -119,8 +119,8 @@ def test_wheel_ab_sets_run_on_the_cpu(tmp_path):
                           timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(got) == {"scale_l2", "rht", "ufp4_amax"}
+    assert set(got) == {"scale_l2", "rht", "ufp4_amax", "rht_amax"}
     assert all(a == b and len(a) >= 3 and len(set(a)) == len(a) for a, b in got.values()), got
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/wheel_ab.py"), "nosuchset"], capture_output=True,
                           text=True, timeout=300)
-    assert proc.returncode == 1 and "SET one of scale_l2, rht, ufp4_amax" in proc.stderr
+    assert proc.returncode == 1 and "SET one of scale_l2, rht, ufp4_amax, rht_amax" in proc.stderr
