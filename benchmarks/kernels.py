@@ -27,7 +27,7 @@ import time
 import torch
 
 from kernel_bench.against_peers import peers, peer_quant
-from kernel_bench.ceilings import meta, ceiling_copy, ceiling_gemm
+from kernel_bench.ceilings import meta, ceiling_copy, ceiling_gemm, gemm_data
 from kernel_bench.gemm import gemm_epilogue, gemm_bench, gemm_variants, gemm_fp8_idea
 from kernel_bench.gemm_kernels import (gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_rs_persistent,
                                       gemm_rs_regs, gemm_ue5m3_f16)
@@ -46,7 +46,7 @@ STEPS = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors
          peer_quant, gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
          qlinear_graphed, qlinear_bench, qlinear_host, linear_bench, gemm_fp8_idea, quant_configs, timing_methods, graphed,
          amax_calls, gemm_rs_persistent, gemm_rs_regs, io_floor_tma, io_reads, io_writes,
-         io_mixed]
+         io_mixed, gemm_data]
 
 
 def table():

@@ -10,7 +10,8 @@ import torch
 import triton
 
 
-from kernel_bench.harness import DEV, GEMM_SHAPES, RES, SMOKE, log, ms, rand, section
+from kernel_bench.harness import ARGS, DEV, F, GEMM_SHAPES, RES, SMOKE, log, ms, ms_graphed, rand, section
+from kernel_bench.timing import sm_clock
 
 
 # ------------------------------------------------------------------ sections
@@ -48,3 +49,28 @@ def ceiling_gemm():
         t8 = ms(lambda: torch._scaled_mm(a8, b8.t(), one, one, out_dtype=torch.bfloat16))
         RES["ceilings"]["fp8"][f"{m}x{n}x{k}"] = dict(ms=t8, tflops=2 * m * n * k / t8 / 1e9)
         log(f"{m}x{n}x{k}: bf16 {2 * m * n * k / t / 1e9:.0f} TFLOP/s, fp8 {2 * m * n * k / t8 / 1e9:.0f}")
+
+
+@section("cuBLAS bf16 on random and on decoded 4-bit operands")
+def gemm_data():
+    """One cuBLAS BF16 GEMM per layer shape on random bf16 operands and on the same operands
+    quantized and decoded as the fused QLinear path feeds cuBLAS (value x block scale: a few
+    mantissa bits), in turns (--repeat rounds), each a CUDA-graph replay with the SM clock read
+    after it. Session 29's layers ran faster than "BF16 layer + their quantizer bytes at copy
+    rate" allows, so their GEMMs ran faster than the BF16 layer's: this says whether the data
+    alone (its power, the clock it holds) moves cuBLAS's time, and so the FP4/BF16 layer ratio."""
+    from fourcast.kernels import ops
+    rows = RES.setdefault("gemm_data", [])
+    for (m, n, k) in GEMM_SHAPES[1:]:  # the layer's: M 8192 tokens
+        a, b = rand((m, k)), rand((n, k))
+        data = {"random bf16": (a, b)}
+        for fmt in ("nvfp4", "ufp4"):
+            data[f"decoded {fmt}"] = tuple(ops.decode_unscaled(ops.quantize(t, F[fmt])).values for t in (a, b))
+        for sample in range(max(1, ARGS.repeat)):
+            for name, (x, w) in data.items():
+                t, _ = ms_graphed(lambda: torch.mm(x, w.t()))
+                rows.append(dict(shape=f"{m}x{n}x{k}", data=name, sample=sample, ms=t,
+                                 tflops=2 * m * n * k / t / 1e9, sm_mhz=sm_clock()))
+        base = [r["ms"] for r in rows if r["shape"] == f"{m}x{n}x{k}" and r["data"] == "random bf16"]
+        log(f"{m}x{n}x{k}:", {d: round(min(r["ms"] for r in rows if r["shape"] == f"{m}x{n}x{k}" and r["data"] == d)
+                                      / min(base), 3) for d in data})

@@ -102,10 +102,10 @@ def _time(out, name, shape, nbytes, fn, sample=0):
     for method, timer in METHODS:
         t = timer(fn)
         out.append(dict(name=name, shape=shape, method=method, ms=t, bytes=nbytes,
-                        tbps=nbytes / (t * 1e-3) / 1e12, sample=sample, sm_mhz=_sm_clock()))
+                        tbps=nbytes / (t * 1e-3) / 1e12, sample=sample, sm_mhz=sm_clock()))
 
 
-def _sm_clock():
+def sm_clock():
     try:
         return torch.cuda.clock_rate()
     except Exception:  # no pynvml: ask nvidia-smi
