@@ -8,6 +8,7 @@ import ast
 import functools
 import json
 import os
+import subprocess
 import time
 import traceback
 
@@ -144,6 +145,19 @@ def ms_steady(fn, calls=20, trials=7) -> float:
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) / calls)
     return float(sorted(times)[trials // 2])
+
+
+def sm_clock():
+    """The SM clock now (MHz), or None where neither pynvml nor nvidia-smi answers."""
+    try:
+        return torch.cuda.clock_rate()
+    except Exception:  # no pynvml: ask nvidia-smi
+        try:
+            got = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i",
+                                  str(torch.cuda.current_device())], capture_output=True, text=True, timeout=10)
+            return int(got.stdout.split()[0])
+        except Exception:  # not recorded
+            return None
 
 
 def log(*a):

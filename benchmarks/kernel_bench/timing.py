@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import subprocess
 
 import torch
 
@@ -19,7 +18,7 @@ import peers as pp  # benchmarks/peers.py: the PyTorch peers
 from kernel_bench.against_peers import compiled_peer, peer_calls
 from kernel_bench.harness import (
     ARGS, DEV, F, QSIZES, RES, SMOKE, left, log, ms, ms_clean, ms_graphed, ms_steady, qbytes, rand, same_tensors, save,
-    section,
+    section, sm_clock,
 )
 from kernel_bench.io_floors import _io_floor_kernel, _io_rowcol_gluon_decoded_kernel, _io_rowcol_gluon_kernel
 from kernel_bench.quant import GLUON_RHT_TILES
@@ -103,18 +102,6 @@ def _time(out, name, shape, nbytes, fn, sample=0):
         t = timer(fn)
         out.append(dict(name=name, shape=shape, method=method, ms=t, bytes=nbytes,
                         tbps=nbytes / (t * 1e-3) / 1e12, sample=sample, sm_mhz=sm_clock()))
-
-
-def sm_clock():
-    try:
-        return torch.cuda.clock_rate()
-    except Exception:  # no pynvml: ask nvidia-smi
-        try:
-            got = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i",
-                                  str(torch.cuda.current_device())], capture_output=True, text=True, timeout=10)
-            return int(got.stdout.split()[0])
-        except Exception:  # not recorded
-            return None
 
 
 def _table(out):

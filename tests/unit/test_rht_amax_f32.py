@@ -18,10 +18,10 @@ def f32_sums(x: torch.Tensor) -> torch.Tensor:
     return butterflies(x.float() * SIGNS)
 
 
-def butterflies(y: torch.Tensor, h: int = 1) -> torch.Tensor:
+def butterflies(y: torch.Tensor, h: int = 1, last: int = 16) -> torch.Tensor:
     """The RHT's butterflies on signed f32 blocks [blocks, 16], in _rht_block's order (from
-    stage h: 1, 2, 4 or 8)."""
-    while h < 16:
+    stage h: 1, 2, 4 or 8, up to but not including stage `last`)."""
+    while h < last:
         y = y.reshape(-1, 16 // (2 * h), 2, h)
         y = torch.stack([y[:, :, 0, :] + y[:, :, 1, :], y[:, :, 0, :] - y[:, :, 1, :]], dim=2)
         h *= 2
@@ -116,16 +116,6 @@ def test_row_blocks_spread_from_their_words():
     assert torch.equal(butterflies(s, 2).view(torch.int32), f32_sums(x).view(torch.int32))
 
 
-def butterflies_to(y: torch.Tensor, last: int) -> torch.Tensor:
-    """butterflies' stages before stage `last` on signed f32 blocks [blocks, 16]."""
-    h = 1
-    while h < last:
-        y = y.reshape(-1, 16 // (2 * h), 2, h)
-        y = torch.stack([y[:, :, 0, :] + y[:, :, 1, :], y[:, :, 0, :] - y[:, :, 1, :]], dim=2)
-        h *= 2
-    return y.reshape(-1, 16)
-
-
 def test_last_stage_as_abs_sums_gives_the_same_max_bits():
     """amax_gluon._abs_sum_stage: the max over the last stage's pairs (elements i and i + 8) of
     |a| + |b| has the bits of the max |S| over the full butterflies (RN is odd and monotone),
@@ -139,7 +129,7 @@ def test_last_stage_as_abs_sums_gives_the_same_max_bits():
     x[44:48, 3] = float("nan")
     y = x * SIGNS
     full = (butterflies(y).view(torch.int32) & 0x7FFFFFFF).max(dim=1).values
-    s = butterflies_to(y, 8)
+    s = butterflies(y, last=8)
     short = (s[:, :8].abs() + s[:, 8:].abs()).view(torch.int32).max(dim=1).values
     nan = full > 0x7F800000
     assert nan[:36].any() and nan[44:48].all() and torch.equal(short > 0x7F800000, nan)

@@ -52,10 +52,9 @@ def _abs_sum_stage(y, AXIS: gl.constexpr):
     D2: gl.constexpr = y.shape[2]
     if AXIS == 1:
         a, b = gl.split(gl.permute(gl.reshape(y, [D0, 2, D1 // 2, D2]), [0, 2, 3, 1]))
-        return gl.abs(a) + gl.abs(b)
     else:
         a, b = gl.split(gl.permute(gl.reshape(y, [D0, D1, 2, D2 // 2]), [0, 1, 3, 2]))
-        return gl.abs(a) + gl.abs(b)
+    return gl.abs(a) + gl.abs(b)
 
 
 @gluon.jit
