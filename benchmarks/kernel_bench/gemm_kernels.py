@@ -126,7 +126,7 @@ def gemm_ws():
     partitions feed one MMA warpgroup through mbarriers) at its configs against the split
     kernel and _wgmma_kernel, each checked against the dequant route (FP32 sums in another
     order; the GPU tier checks the bound), at every GEMM shape; nvfp4 (CVT and LUT decode),
-    ue5m3, mxfp4."""
+    ue5m3, mxfp4. WS_WIDE_CONFIG: a 128 x 256 tile on two MMA warpgroups (session 32)."""
     if SMOKE:
         return  # Gluon: a GPU only
     from fourcast.kernels import gemm_wgmma as gw
@@ -150,7 +150,7 @@ def gemm_ws():
             runs = [("split", split), ("wgmma", lambda: gw.launch(pa, pb, c, m, n, k, plan))]
             runs += [(f"ws {list(cfg)}" + (" (default)" if cfg == gw.ws_config(k) else ""),
                       lambda cfg=cfg: gw.launch_ws(pa, pb, c, m, n, k, plan, cfg))
-                     for cfg in (gw.WS_CONFIG, gw.WS_CONFIG_BK64, *WS_CFGS)]
+                     for cfg in (gw.WS_CONFIG, gw.WS_CONFIG_BK64, gw.WS_WIDE_CONFIG, *WS_CFGS)]
             for label, fn in runs:
                 if left() < 20 or (label == "split" and decode):
                     continue

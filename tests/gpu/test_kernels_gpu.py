@@ -195,13 +195,14 @@ def test_gemm_wgmma_within_bound(pair, cfg, monkeypatch):
     assert launched
 
 
-@pytest.mark.parametrize("cfg", [None, (128, 128, 64, 8, 4, 4, 120, 168), (128, 128, 128, 8, 3, 8, 80, 96)])
+@pytest.mark.parametrize("cfg", [None, (128, 128, 64, 8, 4, 4, 120, 168), (128, 128, 128, 8, 3, 8, 80, 96),
+                                 (128, 256, 64, 8, 4, 2, 168, 168)])
 @pytest.mark.parametrize("pair", WGMMA_PAIRS)
 def test_gemm_ws_within_bound(pair, cfg):
     """The warp-specialised kernel (gemm_wgmma._ws_kernel) meets the bound for every LUT/CVT
     pair, on shapes with partial tiles and K of 1, 3 and 64 steps (its mbarrier phases wrap),
     into a poisoned output (every element written). cfg None: ws_config's (BK 128, and BK 64
-    for a K of 192)."""
+    for a K of 192); the last, WS_WIDE_CONFIG (128 x 256 tiles, two MMA warpgroups)."""
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("gemm_wgmma is for Hopper (sm_90) only")
     from fourcast.kernels import gemm_wgmma

@@ -117,6 +117,19 @@ def test_warp_specialised_kernel_compiles_with_async_wgmma_and_no_spills(pair, c
 
 
 
+def test_warp_specialised_kernel_takes_a_128_x_256_tile_on_two_warpgroups():
+    """WS_WIDE_CONFIG: 8 MMA warps (ws_mma_warps) hold the 128 x 256 accumulator at 168
+    registers beside two 2-warp decoders, n256 wgmmas left in flight a step, nothing spilled
+    (at 16 warps the launch capped every warp at 128, below what an n256 wgmma needs)."""
+    cfg = gemm_wgmma.WS_WIDE_CONFIG
+    assert gemm_wgmma.ws_mma_warps(cfg) == 8 and gemm_wgmma.ws_mma_warps(gemm_wgmma.WS_CONFIG) == 4
+    k = _compiled(("nvfp4", "nvfp4-2d"), cfg, "ws")
+    assert k["wgmma"] and "2" in k["waits"]
+    assert k["shared"] >= 2 * cfg[4] * (cfg[0] + cfg[1]) * cfg[2]  # lo + hi, A + B, 16-bit, per slot
+    assert ["dec", str(cfg[6])] in k["setmaxnreg"] or ["inc", str(cfg[6])] in k["setmaxnreg"], k["setmaxnreg"]
+    assert k["local"] == 0
+
+
 @pytest.mark.parametrize("pair,variant", [(("nvfp4", "nvfp4-2d"), "rs"), (("ue5m3", "ue5m3"), "rs"),
                                           (("nvfp4", "nvfp4-2d"), "rs2"), (("ufp4", "ufp4"), "rs2"),
                                           (("ue5m3", "ue5m3-2d"), "rs2"), (("nvfp4", "nvfp4-2d"), "rs2p")])

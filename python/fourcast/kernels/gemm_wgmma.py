@@ -355,9 +355,9 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
                num_warps: gl.constexpr, PRODUCER_WARPS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
                PARTS: gl.constexpr = 3):
     """Warp-specialised _wgmma_kernel: two decode partitions (A's rows, B's rows) fill the
-    shared-memory ring while the default partition (num_warps = 4: one warpgroup) runs the
-    wgmmas, so decode and MMA overlap by construction (in _wgmma_kernel they took turns:
-    kernels-h200.md, session 11). Ring slots pass through mbarriers: `ready` (both
+    shared-memory ring while the default partition (num_warps = ws_mma_warps: one warpgroup,
+    two for a 128 x 256 tile) runs the wgmmas, so decode and MMA overlap by construction (in
+    _wgmma_kernel they took turns: kernels-h200.md, session 11). Ring slots pass through mbarriers: `ready` (both
     decoders arrive) and `empty` (the MMA partition arrives once the slot's wgmmas are done).
     PARTS as _wgmma_kernel's (1: decode side only, 2: MMA side only; results meaningless)."""
     BKH: gl.constexpr = BK // 2
@@ -379,11 +379,24 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # (BM, BN, BK, GROUP_M, STAGES, producer warps, producer registers, kernel maxnreg) of the
 # warp-specialised kernel: one MMA warpgroup, a 4-warp decoder per operand; BK 64 where K
 # is not a multiple of 128 (a 4-slot ring). The CTA launches with maxnreg registers a
-# thread for all its warps (4 + 2 x producer warps), so these must fit the 64K register
+# thread for all its warps (ws_mma_warps + 2 x producer warps), so these must fit the 64K register
 # file; Triton gives the MMA warpgroup what the producers' setmaxnreg frees.
 WS_CONFIG = (128, 128, 128, 8, 3, 4, 128, 168)
 WS_CONFIG_BK64 = (128, 128, 64, 8, 4, 4, 120, 168)
 REGISTER_FILE = 65536
+# A 128 x 256 tile (two MMA warpgroups: 12 warps at 168 registers, where session 12's 16 warps
+# capped them at 128, below the 154 an n256 wgmma needs). Per FLOP the ring carries 25% fewer
+# decoded bytes in and its n256 wgmmas read 17% fewer out (the L1/TEX pipeline held the
+# kernel at 82-84%), but each of B's two decode warps has twice session 12's rows a step.
+# Offline (Triton 3.6 and 3.9, sm_90a): no spills with the decoders at 168 registers; at 152,
+# 120, 96 or 72 they spill 40-696 bytes. A candidate for benchmarks' gemm_ws, not yet timed.
+WS_WIDE_CONFIG = (128, 256, 64, 8, 4, 2, 168, 168)
+
+
+def ws_mma_warps(cfg: tuple) -> int:
+    """_ws_kernel's MMA warps for a config: a warpgroup holds a 128 x 128 f32 accumulator in
+    128 registers a thread, so a larger tile takes two."""
+    return 4 if cfg[0] * cfg[1] <= 128 * 128 else 8
 
 
 def ws_config(k: int) -> tuple:
@@ -424,7 +437,7 @@ def launch_ws(a, b, c: torch.Tensor, m: int, n: int, k: int, plan: dict, cfg: tu
     cfg = cfg or ws_config(k)
     if cfg[4] < 2:
         raise ValueError(f"the warp-specialised ring needs at least 2 slots, got {cfg[4]}")
-    _launch_specialised(_ws_kernel, a, b, c, m, n, k, plan, cfg, 4, 2, parts)
+    _launch_specialised(_ws_kernel, a, b, c, m, n, k, plan, cfg, ws_mma_warps(cfg), 2, parts)
 
 
 def config(m: int, n: int, k: int) -> tuple:
@@ -487,8 +500,9 @@ def compile_sm90(a_spec, b_spec, plan: dict, cfg: tuple, out: str = "*bf16", par
 
 def compile_ws_sm90(a_spec, b_spec, plan: dict, cfg: tuple = WS_CONFIG, out: str = "*bf16", parts: int = 3):
     """_ws_kernel compiled for sm_90a without a GPU (as compile_sm90)."""
-    consts = dict(constants(a_spec, b_spec, plan), **_specialised_consts(cfg, 4, 2, parts))
-    return _compile_offline(_ws_kernel, consts, out, dict(num_warps=4, maxnreg=cfg[7]))
+    warps = ws_mma_warps(cfg)
+    consts = dict(constants(a_spec, b_spec, plan), **_specialised_consts(cfg, warps, 2, parts))
+    return _compile_offline(_ws_kernel, consts, out, dict(num_warps=warps, maxnreg=cfg[7]))
 
 
 # ---- register-sourced A: the MMA warpgroups decode A themselves ---------------------------
