@@ -357,8 +357,9 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
     """Warp-specialised _wgmma_kernel: two decode partitions (A's rows, B's rows) fill the
     shared-memory ring while the default partition (num_warps = ws_mma_warps: one warpgroup,
     two for a 128 x 256 tile) runs the wgmmas, so decode and MMA overlap by construction (in
-    _wgmma_kernel they took turns: kernels-h200.md, session 11). Ring slots pass through mbarriers: `ready` (both
-    decoders arrive) and `empty` (the MMA partition arrives once the slot's wgmmas are done).
+    _wgmma_kernel they took turns: kernels-h200.md, session 11). Ring slots pass through
+    mbarriers: `ready` (both decoders arrive) and `empty` (the MMA partition arrives once the
+    slot's wgmmas are done).
     PARTS as _wgmma_kernel's (1: decode side only, 2: MMA side only; results meaningless)."""
     BKH: gl.constexpr = BK // 2
     MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
@@ -379,8 +380,8 @@ def _ws_kernel(A_CODES, A_SCALES, A_TS, B_CODES, B_SCALES, B_TS, C, M, N, K,
 # (BM, BN, BK, GROUP_M, STAGES, producer warps, producer registers, kernel maxnreg) of the
 # warp-specialised kernel: one MMA warpgroup, a 4-warp decoder per operand; BK 64 where K
 # is not a multiple of 128 (a 4-slot ring). The CTA launches with maxnreg registers a
-# thread for all its warps (ws_mma_warps + 2 x producer warps), so these must fit the 64K register
-# file; Triton gives the MMA warpgroup what the producers' setmaxnreg frees.
+# thread for all its warps (ws_mma_warps + 2 x producer warps), so these must fit the 64K
+# register file; Triton gives the MMA warps what the producers' setmaxnreg frees.
 WS_CONFIG = (128, 128, 128, 8, 3, 4, 128, 168)
 WS_CONFIG_BK64 = (128, 128, 64, 8, 4, 4, 120, 168)
 REGISTER_FILE = 65536
