@@ -126,7 +126,7 @@ def gemm_ws():
     partitions feed one MMA warpgroup through mbarriers) at its configs against the split
     kernel and _wgmma_kernel, each checked against the dequant route (FP32 sums in another
     order; the GPU tier checks the bound), at every GEMM shape; nvfp4 (CVT and LUT decode),
-    ue5m3, mxfp4. WS_WIDE_CONFIG: a 128 x 256 tile on two MMA warpgroups (session 32)."""
+    ue5m3, mxfp4. WS_WIDE_CONFIG: a 128 x 256 tile on two MMA warpgroups (session 32; slower, session 33)."""
     if SMOKE:
         return  # Gluon: a GPU only
     from fourcast.kernels import gemm_wgmma as gw

@@ -565,8 +565,8 @@ def test_amax_pass_row_rht_in_f32_equals_f64(case, fallback):
     cannot settle holds the max, and not where such a block lies below it. The inputs are the
     column test's, transposed: its column blocks become row blocks."""
     _hopper()
-    x = _f32_rht_input(case).t()  # (640, 1024): the special blocks along rows; 128 zero rows more
-    x = torch.cat([x, torch.zeros(128, 1024, dtype=x.dtype, device=DEV)])  # for the tile's 256 rows
+    x = _f32_rht_input(case).t()  # (640, 1024): the special blocks along rows; zero rows up to 1024, whole
+    x = torch.cat([x, torch.zeros(384, 1024, dtype=x.dtype, device=DEV)])  # tiles of every launch (RHT_CONFIG: 512)
     signs_r = ref.rht_signs(16, "per-layer", 5).to(DEV).float()
     signs_c = ref.rht_signs(16, "te").to(DEV).float()
     want = _amax_words(x, signs_c, (0,), signs_r, False)

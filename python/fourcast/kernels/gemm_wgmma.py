@@ -390,7 +390,10 @@ REGISTER_FILE = 65536
 # decoded bytes in and its n256 wgmmas read 17% fewer out (the L1/TEX pipeline held the
 # kernel at 82-84%), but each of B's two decode warps has twice session 12's rows a step.
 # Offline (Triton 3.6 and 3.9, sm_90a): no spills with the decoders at 168 registers; at 152,
-# 120, 96 or 72 they spill 40-696 bytes. A candidate for benchmarks' gemm_ws, not yet timed.
+# 120, 96 or 72 they spill 40-696 bytes. Timed (session 33, H100, every GEMM shape): correct,
+# and slower than WS_CONFIG everywhere: NVFP4 with the CVT decode at 0.84-0.92x its ratio to
+# cuBLAS, the LUT decode, UE5M3 and MXFP4 at 0.36-0.62x: B's two decode warps fall behind.
+# Kept in benchmarks' gemm_ws as the measured negative.
 WS_WIDE_CONFIG = (128, 256, 64, 8, 4, 2, 168, 168)
 
 
