@@ -514,9 +514,10 @@ class QLinear(nn.Linear):
             fake=fake,
         )
 
-    def _quantize(self, t: torch.Tensor, key: str, axis: int, rht, *, fake_dtype=None, update: bool):
+    def _quantize(self, t: torch.Tensor, key: str, axis: int, rht, *, fake_dtype=None, update: bool,
+                  decoded=None):
         """One operand: Packed, or _Plain when the recipe leaves it unquantized (or
-        the fake path returns fake-quantized values)."""
+        the fake path returns fake-quantized values); decoded (a dtype): ops.Decoded in it."""
         plan = self._plan(t, key, rht)
         if plan["fmt"] is None:
             # Not quantized, but its GEMM partner is rotated: rotate it too (exactly
@@ -532,7 +533,10 @@ class QLinear(nn.Linear):
         if fake_dtype is not None:
             out = _Plain(_ops().fake_quant(t, plan["fmt"], axis=axis, **kwargs).to(fake_dtype))
         else:
-            out = _ops().quantize(t, plan["fmt"], axis=axis, **kwargs)
+            if decoded is not None:
+                out = _ops().quantize_decoded(t, plan["fmt"], axis=axis, dtype=decoded, **kwargs)
+            else:
+                out = _ops().quantize(t, plan["fmt"], axis=axis, **kwargs)
             self._keep_amax(plan, out, update)
         if meta is not None:
             meta["bytes_out"] = out.nbytes if isinstance(out, _Plain) else _packed_nbytes(out)
@@ -703,9 +707,9 @@ class _QLinearFn(torch.autograd.Function):
                     saved = mod._quantize(x2, "wgrad.x", 0, mod._rht("wgrad", x.device), update=True)
             w_dgrad = None  # Dgrad's W operand, made now from the same read of W
             if need_dx and fake is None and mod.gemm_path in ("dequant", "fused") and mod._dgrad_w_is_fprop_w():
-                b = w_dgrad = mod._quantize(weight, "fprop.w", -1, rht, update=training)
-                if fused and not isinstance(b, _Plain):  # decode once for Fprop and Dgrad
-                    b = w_dgrad = _ops().decode_unscaled(b, compute)
+                # fused: decoded once for Fprop and Dgrad, in the quantizing pass
+                b = w_dgrad = mod._quantize(weight, "fprop.w", -1, rht, update=training,
+                                            decoded=compute if fused else None)
             elif need_dx and fake is None:
                 b, w_dgrad = mod._quantize_rowcol(weight, "fprop.w", "dgrad.w", rht, mod._rht("dgrad", x.device),
                                                   update=True, outputs=("decoded", "decoded") if fused else None)

@@ -108,6 +108,25 @@ def test_decode_unscaled_real_size(name):
         assert testing.same_float(got.float(), want.to(torch.bfloat16).float()), (name, axis)
 
 
+@pytest.mark.parametrize("name", ["nvfp4-2d", "nvfp4", "mxfp4", "ue5m3", "ufp4"])
+def test_quantize_decoded_in_one_pass_equals_decode_of_quantize(name):
+    """ops.quantize_decoded on CUDA (one quantize pass writing value x block scale, QLinear's
+    2-D tiled weight) against ops.decode_unscaled(ops.quantize(...)) bit for bit: values,
+    tensor scale and amax, RTNE with the amax measured and "sr16" with it given and the seed in
+    device memory, at Llama-3-8B's 4096 x 4096 weight and a partial row tile, into bf16 and f16."""
+    for shape in ((4096, 4096), (272, 1056)):
+        x = testing.make_input("heavy", shape, torch.bfloat16, DEV, seed=32)
+        for dtype in (torch.bfloat16, torch.float16):
+            for rnd, amax, seed in (("rtne", None, 0), ("sr16", torch.tensor(9.0, device=DEV),
+                                                         torch.tensor([11], device=DEV))):
+                kw = dict(rounding=rnd, seed=seed, offset=5, tensor_amax=amax)
+                want = ops.decode_unscaled(ops.quantize(x, F[name], **kw), dtype)
+                got = ops.quantize_decoded(x, F[name], dtype=dtype, **kw)
+                assert got.values.dtype == dtype and got.values.shape == x.shape
+                for a, b in ((got.values, want.values), (got.tensor_scale, want.tensor_scale), (got.amax, want.amax)):
+                    assert testing.same_float(a.float(), b.float()), (name, shape, dtype, rnd)
+
+
 @pytest.mark.parametrize("name", ["nvfp4", "nvfp4-2d", "mxfp4", "ue5m3", "ufp4"])
 def test_table_decode_equals_generic_decode_on_every_byte(name, monkeypatch):
     """The table decode of qk.dequantize(unscaled=True) (qk.lut_decode_asm: the GEMM's PTX

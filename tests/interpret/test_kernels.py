@@ -243,6 +243,27 @@ def test_unscaled_decode_is_value_times_block_scale(name):
         assert dec.values.shape == x.shape and dec.tensor_scale is p.tensor_scale
 
 
+@pytest.mark.parametrize("name", ["nvfp4", "nvfp4-2d", "mxfp4", "ue5m3", "ufp4", "ufp4-int4", "fp8"])
+def test_quantize_pass_writes_value_times_block_scale(name):
+    """The quantize pass with unscaled x_hat and no codes (ops.quantize_decoded's one pass on
+    CUDA: QLinear's 2-D tiled weight) writes the reference's value(code) * block scale bits
+    and its tensor scale, SR and a given amax included; ops.quantize_decoded off CUDA
+    (decode_unscaled of quantize) gives the same."""
+    spec = ref.parse_fmt(F[name])
+    for dtype in (torch.float32, torch.bfloat16):
+        x = testing.make_input("heavy", (64, 160), torch.float32, seed=6).to(dtype)
+        for rnd, amax in (("rtne", None), ("sr", torch.tensor(7.5))):
+            p = ref.quantize(x, F[name], rounding=rnd, seed=7, offset=3, tensor_amax=amax)
+            want = ref.dequantize_layout(_unit_ts(p)).to(dtype)
+            o = qk.launch(x, spec, -1, rnd, 7, 3, None, amax, write_codes=False, write_xhat=True, unscaled=True)
+            assert testing.same_float(o["xhat"], want), (name, dtype, rnd)
+            assert testing.same_float(o["ts"], p.tensor_scale), (name, dtype, rnd)
+            dec = ops.quantize_decoded(x, F[name], rounding=rnd, seed=7, offset=3, tensor_amax=amax, dtype=dtype)
+            assert testing.same_float(dec.values, want) and testing.same_float(dec.amax, p.amax), (name, dtype, rnd)
+    with pytest.raises(ShapeError):  # ops.quantize's checks, first
+        ops.quantize_decoded(torch.ones(4, 24), F[name] if spec.block == 16 else F["nvfp4"])
+
+
 def test_table_decode_applies_to_4bit_sign_magnitude_block_formats(monkeypatch):
     """qk.lut_decode_asm: the GEMM's PTX routine where it applies (the GPU runs it; its bits
     are checked on every byte by tests/gpu), "" for INT4, FP8 and per-tensor formats, and

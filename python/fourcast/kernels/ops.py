@@ -429,6 +429,24 @@ def rowcol_operands(x: torch.Tensor, fmt, *, fmt_col=None, rounding: str = "rtne
     return tuple(decode_unscaled(p, dtype) if o == "decoded" else p for p, o in zip(pair, outputs))
 
 
+def quantize_decoded(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "rtne", seed: int = 0,
+                     offset: int = 0, rht=None, tensor_amax=None, dtype: torch.dtype = torch.bfloat16) -> Decoded:
+    """decode_unscaled(quantize(x, fmt, ...), dtype): the same values, tensor scale and
+    amax. Row-wise on CUDA in eager mode one Triton pass writes the decoded values where
+    quantize would write codes, so no code bytes go out and come back (QLinear's 2-D tiled
+    weight, decoded once for Fprop and Dgrad); otherwise those two calls."""
+    x, spec, axis, rht, _, _ = _prepare(x, fmt, axis, rounding, rht)
+    amax_arg = _amax_arg(tensor_amax, x.device)
+    if not (x.is_cuda and axis == -1 and _direct(x, None if rht is None else rht[1], amax_arg)):
+        return decode_unscaled(quantize(x, fmt, axis=axis, rounding=rounding, seed=seed, offset=offset, rht=rht,
+                                        tensor_amax=tensor_amax), dtype)
+    from fourcast.kernels import quantize as qk
+
+    o = qk.launch(x, spec, axis, rounding, seed, int(offset), rht, amax_arg, write_codes=False, write_xhat=True,
+                  xhat_dtype=dtype, unscaled=True)
+    return Decoded(o["xhat"], o["ts"], o["amax"] if tensor_amax is None else o["amax"].clone())
+
+
 def decode_unscaled(p: Packed, dtype: torch.dtype = torch.bfloat16) -> Decoded:
     """A Packed operand as a Decoded one: dequantize with a unit tensor scale, so the
     values are value * block scale (exact in bf16 for every 4-bit and FP8 grid) and the

@@ -884,8 +884,10 @@ def _layout(x: torch.Tensor, axis: int):
 
 
 def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht, tensor_amax, *,
-           write_codes: bool, write_xhat: bool, write_rot: bool = False, rht_impl: int = 0, xhat_dtype=None):
-    """Run the amax pass (if needed) and the quantize pass. Returns a dict of outputs."""
+           write_codes: bool, write_xhat: bool, write_rot: bool = False, rht_impl: int = 0, xhat_dtype=None,
+           unscaled: bool = False):
+    """Run the amax pass (if needed) and the quantize pass. Returns a dict of outputs.
+    unscaled: x_hat is value x block scale, the tensor scale not applied (what a GEMM consumes)."""
     m, k, s_m, s_k = _layout(x, axis)
     check_layout(spec, m, k, rht)
     _check_sr_group(rounding, k)
@@ -924,7 +926,8 @@ def launch(x, spec: Spec, axis: int, rounding: str, seed: int, offset: int, rht,
         launcher.run(_quantize_kernel, grid, args, dict(common, PASS=0, FUSE_AMAX=False, WRITE_CODES=False,
                                                         WRITE_XHAT=False, WRITE_ROT=False))
     launcher.run(_quantize_kernel, grid, args, dict(common, PASS=1, FUSE_AMAX=tensor_amax is None and not need_amax,
-                                                    WRITE_CODES=write_codes, WRITE_XHAT=write_xhat, WRITE_ROT=write_rot))
+                                                    WRITE_CODES=write_codes, WRITE_XHAT=write_xhat, WRITE_ROT=write_rot,
+                                                    UNSCALED=unscaled))
     amax = amax_in.view(()) if tensor_amax is not None else amax_bits.view(torch.float32).view(())
     return dict(codes=codes, scales=scales, xhat=xhat, rot=rot, ts=ts, amax=amax, m=m, k=k)
 
