@@ -35,7 +35,8 @@ from kernel_bench.harness import ARGS, QSIZES, RES, T0, parse_overrides, save
 from kernel_bench.timing import amax_calls, graphed, timing_methods
 from kernel_bench.io_floors import io_floors
 from kernel_bench.io_tma import io_floor_tma, io_mixed, io_reads, io_writes
-from kernel_bench.layer import decode_layout, layer_profiles, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench
+from kernel_bench.layer import (decode_layout, layer_profiles, qlinear_graphed, qlinear_bench, qlinear_host, linear_bench,
+                                weight_decoded)
 from kernel_bench.quant import quant_checks, quant_timing, rowcol_gluon, amax_pass, quant_configs
 from kernel_bench.strip import strip_sweep, sr_stream, strip_iters, strip_tall, strip_gather
 
@@ -46,7 +47,7 @@ STEPS = [meta, ceiling_copy, ceiling_gemm, quant_checks, quant_timing, io_floors
          peer_quant, gemm_bench, gemm_variants, gemm_wgmma_parts, gemm_ws_parts, gemm_ws, gemm_rs, gemm_ue5m3_f16,
          qlinear_graphed, qlinear_bench, qlinear_host, linear_bench, gemm_fp8_idea, quant_configs, timing_methods, graphed,
          amax_calls, gemm_rs_persistent, gemm_rs_regs, io_floor_tma, io_reads, io_writes,
-         io_mixed, gemm_data]
+         io_mixed, gemm_data, weight_decoded]
 
 
 def table():

@@ -15,7 +15,7 @@ from fourcast.kernels import quantize as qk
 from fourcast.kernels import reference as ref
 from fourcast.kernels import testing
 
-from kernel_bench.harness import ARGS, DEV, F, RES, SMOKE, left, log, ms, rand, save, section
+from kernel_bench.harness import ARGS, DEV, F, RES, SMOKE, left, log, ms, ms_graphed, rand, save, section
 
 
 @section("Wgrad decode of the saved packed X")
@@ -103,6 +103,29 @@ def layer_profiles():
 LINEAR = [(8192, 4096, 4096), (8192, 6144, 4096), (8192, 28672, 4096), (8192, 4096, 14336)]
 if SMOKE:
     LINEAR = [(64, 32, 64)]
+
+
+@section("QLinear's 2-D tiled weight: decoded in its quantize pass against quantize + decode")
+def weight_decoded():
+    """NVFP4's weight as QLinear's fused path takes it each step (amax measured, 16 x 16 tiles,
+    decoded unscaled to bf16 for Fprop and Dgrad) at each layer's (N, K): ops.quantize_decoded
+    (one quantize pass writes the values, session 33) against decode_unscaled(quantize(...))
+    (codes out, then a decode launch reads them back), each a CUDA-graph replay, --repeat
+    samples in turn; the values must agree bit for bit."""
+    f = F["nvfp4-2d"]
+    rows = RES.setdefault("weight_decoded", [])
+    for sample in range(max(1, ARGS.repeat)):
+        for (_, n, k) in LINEAR:
+            if left() < 20:
+                return
+            w = rand((n, k))
+            t1, one = ms_graphed(lambda: ops.quantize_decoded(w, f).values)
+            t2, two = ms_graphed(lambda: ops.decode_unscaled(ops.quantize(w, f)).values)
+            row = dict(shape=f"{n}x{k}", sample=sample, one_pass_ms=t1, two_pass_ms=t2, ratio=t1 / t2,
+                       same=bool(torch.equal(one.view(torch.int16), two.view(torch.int16))))
+            rows.append(row)
+            log(row)
+    save()
 
 
 @section("linear fwd+bwd")
