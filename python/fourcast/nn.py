@@ -529,6 +529,8 @@ class QLinear(nn.Linear):
         tracer, meta = _TRACER, None
         if tracer is not None:
             meta = self._trace_meta(t if axis == -1 else t.t(), [plan], fake_dtype is not None)
+            if decoded is not None and fake_dtype is None:
+                meta["outputs"] = "decoded"  # bf16 values, not codes (train/profile.py)
             token = tracer.begin("quantize", meta)
         if fake_dtype is not None:
             out = _Plain(_ops().fake_quant(t, plan["fmt"], axis=axis, **kwargs).to(fake_dtype))

@@ -286,13 +286,28 @@ def test_shape_errors_name_the_layer():
 class _Recorder:
     def __init__(self):
         self.ops = []
+        self.outputs = {}
 
     def begin(self, kind, meta):
         self.ops.append((kind, meta.get("operand") or meta.get("role")))
+        self.outputs[meta.get("operand")] = meta.get("outputs")
         return None
 
     def end(self, token):
         pass
+
+
+def _recorded(name: str, path: str) -> _Recorder:
+    """The ops one fwd+bwd of a layer with recipe `name` on gemm path `path` traced."""
+    x, w, b, gy = _inputs()
+    layer = _layer(fc.recipe(name), w, b, path=path)
+    rec = _Recorder()
+    fcnn.set_tracer(rec)
+    try:
+        _run(layer, x, gy)
+    finally:
+        fcnn.set_tracer(None)
+    return rec
 
 
 @pytest.mark.parametrize(
@@ -303,13 +318,19 @@ class _Recorder:
     ],
 )
 def test_each_tensor_is_quantized_in_one_pass(name, quantized):
-    x, w, b, gy = _inputs()
-    layer = _layer(fc.recipe(name), w, b)
-    rec = _Recorder()
-    fcnn.set_tracer(rec)
-    try:
-        _run(layer, x, gy)
-    finally:
-        fcnn.set_tracer(None)
+    rec = _recorded(name, "dequant")
     assert {op for kind, op in rec.ops if kind == "quantize"} == quantized
     assert [op for kind, op in rec.ops if kind == "gemm"] == ["fprop", "dgrad", "wgrad"]
+
+
+@pytest.mark.parametrize("name, w_outputs", [("nvfp4", "decoded"), ("mxfp4", "decoded+decoded")])
+def test_fused_path_records_what_each_quantize_pass_wrote(name, w_outputs):
+    """The fused path's quantize ops say which copies were written as decoded values (the
+    hardware model prices those as bf16 writes): the weight decoded in its own pass (2-D
+    tiles: one copy for Fprop and Dgrad; 1-D: both), X's row decoded beside its packed column
+    (saved for Wgrad), both of dY's copies decoded."""
+    rec = _recorded(name, "fused")
+    w_key = "fprop.w" if name == "nvfp4" else "fprop.w+dgrad.w"
+    assert rec.outputs[w_key] == w_outputs
+    assert rec.outputs["fprop.x+wgrad.x"] == "decoded+packed"
+    assert rec.outputs["dgrad.dy+wgrad.dy"] == "decoded+decoded"
