@@ -442,8 +442,8 @@ def quantize_decoded(x: torch.Tensor, fmt, *, axis: int = -1, rounding: str = "r
                                         tensor_amax=tensor_amax), dtype)
     from fourcast.kernels import quantize as qk
 
-    o = qk.launch(x, spec, axis, rounding, seed, int(offset), rht, amax_arg, write_codes=False, write_xhat=True,
-                  xhat_dtype=dtype, unscaled=True)
+    o = qk.launch(x, spec, axis, rounding, _seed(seed, True), int(offset), rht, amax_arg, write_codes=False,
+                  write_xhat=True, xhat_dtype=dtype, unscaled=True)
     return Decoded(o["xhat"], o["ts"], o["amax"] if tensor_amax is None else o["amax"].clone())
 
 
