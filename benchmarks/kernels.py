@@ -87,6 +87,11 @@ def main():
                     "in turn")
     ap.add_argument("--interleave", type=int, default=0, help="qlinear_graphed: also K rounds of the BF16 layer "
                     "then each recipe's, and the median of the K ratios")
+    ap.add_argument("--recipes", default="", help="qlinear_graphed: the recipes, comma-separated (a preset and "
+                    "'+' suffixes sr16, sr4, delayed16, e.g. nvfp4+sr16+delayed16); default: "
+                    "ue5m3, ue5m3+sr16, nvfp4+sr16, mxfp4+sr16, ufp4+sr16")
+    ap.add_argument("--profile-all-shapes", action="store_true", help="layer_profiles: at every layer shape, not "
+                    "only M8192 N4096 K4096")
     ap.add_argument("--rowcol-pin", action="store_true", help="qlinear_graphed: also time each recipe with "
                     "quantize_rowcol pinned to the strip kernel (the Gluon route's effect)")
     ap.add_argument("--variants", default="", help="gemm_variants: comma-separated label prefixes to run (then "
@@ -113,6 +118,13 @@ def main():
         if not all(len(s) == 2 and all(v.isdigit() and int(v) > 0 for v in s) for s in shapes):
             ap.error(f"--shapes: {ARGS.shapes!r} is not a list of RxC shapes such as 32768x768,32768x2304")
         QSIZES[:] = [(int(r), int(c)) for r, c in shapes]
+    if ARGS.recipes:
+        from kernel_bench.layer import bench_recipe
+        for name in ARGS.recipes.split(","):
+            try:
+                bench_recipe(name)
+            except Exception as e:  # a misspelt recipe fails here, not minutes into the run
+                ap.error(f"--recipes: {e}")
     torch.manual_seed(0)
     only = [o for o in ARGS.only.split(",") if o]
     unknown = sorted(set(only) - {s.__name__ for s in STEPS})

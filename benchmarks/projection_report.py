@@ -159,7 +159,7 @@ def page(reps: dict[str, dict], fit: dict) -> str:
         "",
         "Notes: the dequantize class (emulation only) is dropped on every target; `other` is the BF16",
         "run's, scaled by the HBM bandwidth ratio; attention and optimizer corrected by the H200 ratio.",
-        f"At this model size (71.8M parameters) the projected steps are dominated by `other` and",
+        "At this model size (71.8M parameters) the projected steps are dominated by `other` and",
         "attention, so native-format gains are small; `fourcast whatif` gives them at llama3-8b scale.",
         "",
     ]

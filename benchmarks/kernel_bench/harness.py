@@ -26,7 +26,8 @@ RES: dict = {"meta": {}, "ceilings": {}, "quantizer": [], "peers": {}, "gemm": [
              "linear": [], "checks": [], "errors": [], "notes": []}
 # the command line; kernels.py main() fills it in place, so modules may import it by name
 ARGS = argparse.Namespace(budget=240.0, only="", repeat=1, rowcol_pin=False, variants="", shapes="", list=False,
-                          default_tiles=False, tiles="", interleave=0, quant_override="")
+                          default_tiles=False, tiles="", interleave=0, quant_override="", recipes="",
+                          profile_all_shapes=False)
 
 
 def parse_overrides(text: str) -> dict:

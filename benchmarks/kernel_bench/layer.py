@@ -65,22 +65,38 @@ def decode_layout():
 
 
 def bench_recipe(name: str):
-    """A preset, or "preset+sr16" / "preset+sr4": the preset with that SR stream (sr_stream x16 / x4)."""
-    preset, _, stream = name.partition("+")
-    return fc.recipe(preset).set("sr_stream", {"sr16": "x16", "sr4": "x4"}[stream]) if stream else fc.recipe(preset)
+    """A preset and "+" suffixes: "sr16" / "sr4" the SR stream x16 / x4; "delayed16" the tensor
+    amaxes measured every 16th step and given on the others (no amax pass in the steady state:
+    what the layer costs where the amax comes fused from the op that made the tensor)."""
+    preset, *mods = name.split("+")
+    r = fc.recipe(preset)
+    for mod in mods:
+        if mod in ("sr16", "sr4"):
+            r = r.set("sr_stream", {"sr16": "x16", "sr4": "x4"}[mod])
+        elif mod == "delayed16":
+            r = r.set("tensor_scale_refresh", 16)
+        else:
+            raise ValueError(f"bench recipe {name!r}: unknown suffix {mod!r} (sr16, sr4, delayed16)")
+    return r
 
 
 def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
-    """Top CUDA kernels of one QLinear fwd+bwd (torch.profiler), to see where it goes."""
+    """Top CUDA kernels of one QLinear fwd+bwd (torch.profiler), to see where it goes; name
+    "bf16": the baseline nn.Linear. Records each kernel in launch order and their sum."""
     from fourcast import nn as fcnn
 
     m, n, k = shape if not SMOKE else (64, 64, 64)
-    x = rand((m, k)).requires_grad_(True)
-    dy = rand((m, n))
-    layer = fcnn.QLinear(k, n, bias=False, recipe=bench_recipe(name), gemm_path=path, device=DEV,
-                         dtype=torch.bfloat16)
-    fn = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
-    fn()
+    if name == "bf16":
+        _, _, fn = linear_step(m, n, k)
+        fn()
+    else:
+        x = rand((m, k)).requires_grad_(True)
+        dy = rand((m, n))
+        layer = fcnn.QLinear(k, n, bias=False, recipe=bench_recipe(name), gemm_path=path, device=DEV,
+                             dtype=torch.bfloat16)
+        fn = lambda: torch.autograd.grad(layer(x), (x, layer.weight), dy)  # noqa: E731
+        fn()  # step 0 measures (and, +delayed16, stores) the tensor amaxes
+        fcnn.set_step(layer, 1)  # the steady state
     fn()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA,
                                             torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -90,14 +106,30 @@ def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
     table_ = prof.key_averages().table(sort_by="cuda_time_total" if not SMOKE else "cpu_time_total", row_limit=12)
     RES["notes"].append(f"profile {name} {path} {shape}:\n{table_}")
     log(table_)
+    # Each GPU kernel in launch order with its time: which call is which, beyond the table's sums.
+    kernels = [dict(kernel=e.name[:60], us=round(e.time_range.elapsed_us(), 2)) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    row = dict(recipe=name, path=path, shape=list(shape), kernel_us=round(sum(e["us"] for e in kernels), 1),
+               kernels=kernels)
+    base = [r for r in RES.get("layer_kernels", []) if r["recipe"] == "bf16" and r["shape"] == list(shape)]
+    if base and base[-1]["kernel_us"]:
+        row["vs_bf16_kernels"] = row["kernel_us"] / base[-1]["kernel_us"]
+    RES.setdefault("layer_kernels", []).append(row)
 
 
 @section("QLinear profiles")
 def layer_profiles():
-    for name in ("ufp4+sr16", "nvfp4+sr16", "ue5m3+sr16"):
-        if left() < 30:
-            break
-        profile_layer(name)
+    """Each recipe's profile after the BF16 layer's, at M8192 N4096 K4096 (--profile-all-shapes:
+    at every LINEAR shape); the kernels' GPU time summed, and its ratio to the BF16 layer's."""
+    names = ARGS.recipes.split(",") if ARGS.recipes else ("ufp4+sr16", "nvfp4+sr16", "ue5m3+sr16", "mxfp4+sr16")
+    for shape in LINEAR if ARGS.profile_all_shapes else LINEAR[:1]:
+        for name in ("bf16", *names):
+            if left() < 30:
+                return
+            profile_layer(name, shape=shape)
+        log({r["recipe"]: round(r.get("vs_bf16_kernels", 1.0), 3) for r in RES["layer_kernels"]
+             if r["shape"] == list(shape)})
+    save()
 
 
 LINEAR = [(8192, 4096, 4096), (8192, 6144, 4096), (8192, 28672, 4096), (8192, 4096, 14336)]
@@ -260,7 +292,7 @@ def qlinear_graphed():
         row = dict(shape=f"M{m} N{n} K{k}", bf16_ms=t0, sample=sample)
         t_eager = ms(base, rep=50)
         row["bf16 eager"] = dict(ms=t_eager, ratio=t_eager / t0)
-        for name in GRAPHED_RECIPES:
+        for name in ARGS.recipes.split(",") if ARGS.recipes else GRAPHED_RECIPES:
             if left() < 40:
                 break
             layer = fcnn.QLinear(k, n, bias=False, recipe=bench_recipe(name), gemm_path="fused", device=DEV,

@@ -96,6 +96,21 @@ def test_bad_shapes_are_an_error(tmp_path):
 
 
 @pytest.mark.interpret
+def test_bench_recipes_parse_and_a_bad_suffix_is_an_error(tmp_path, monkeypatch):
+    """--recipes: a preset and "+" suffixes; delayed16 gives the amax on 15 steps of 16."""
+    import fourcast as fc
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    from kernel_bench.layer import bench_recipe
+
+    r = bench_recipe("nvfp4+sr16+delayed16")
+    assert (r.tensor_scale_refresh, r.sr_stream) == (16, "x16")
+    assert bench_recipe("ue5m3").tensor_scale_refresh == fc.recipe("ue5m3").tensor_scale_refresh
+    proc = run(tmp_path, "--only", "meta", "--recipes", "nvfp4+sr16,nvfp4+sr8", timeout=300)
+    assert proc.returncode == 2 and "unknown suffix 'sr8'" in proc.stderr
+
+
+@pytest.mark.interpret
 def test_quant_overrides_reach_the_run_and_bad_ones_are_an_error(tmp_path):
     """--quant-override: KEY=VALUE entries (a bracketed value keeps its commas) recorded in the
     run's meta; an entry without "=" stops the run before it starts."""
