@@ -139,3 +139,37 @@ def test_wheel_ab_sets_run_on_the_cpu(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/wheel_ab.py"), "nosuchset"], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 1 and "SET one of scale_l2, rht, ufp4_amax, rht_amax" in proc.stderr
+
+
+@pytest.mark.interpret
+def test_rht_mma_probe_on_the_cpu(tmp_path, monkeypatch):
+    """benchmarks/rht_mma_probe.py: the script runs (the interpreter's dot is an f32 numpy one, so
+    the blocks the exactness test admits agree with f64), and its MMA amax pass writes the words
+    amax_gluon's RHT_MODE 1 defines: the row amax, the column RHT's max |y| over the exact blocks
+    (the reference's f64 RHT), and a bound of 0x7FFFFFFF once a block holds an inf."""
+    import torch
+
+    env = dict(os.environ, BENCH_SMOKE="1", TRITON_INTERPRET="1", OUT=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(SCRIPT.parent / "rht_mma_probe.py")], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "rht_mma_probe.json").read_text())["rows"]
+    assert rows and all(r["differ_in_exact"] == 0 for r in rows)
+    assert any(r["differ_elsewhere"] for r in rows)  # the 40-binade input leaves f32's exact range
+
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import rht_mma_probe as probe
+    from fourcast.kernels import reference as ref
+
+    signs = ref.rht_signs(16, "te").float()
+    for name, x in probe.inputs(256, 256, torch.Generator().manual_seed(3)).items():
+        if name == "normal":
+            x[5, 7] = float("inf")
+        bits = torch.zeros(4, dtype=torch.int32)
+        probe._amax_mma_kernel[(1, 2)](x, bits, signs, 256, BM=64, BN=128, ITERS=4, UPCAST=True)
+        y = ref.rht(x.float(), 16, signs, axis=0).abs().reshape(16, 16, 256).amax(1)
+        exact = probe.exact_blocks(x)
+        words = bits.view(torch.float32)
+        assert words[0] == x.float().abs().max(), name
+        assert words[1] == (y[exact].max() if exact.any() else 0.0), name
+        assert (int(bits[2]) == 0x7FFFFFFF) == (name == "normal"), name
