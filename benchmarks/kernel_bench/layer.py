@@ -117,11 +117,14 @@ def profile_layer(name="mxfp4", path="fused", shape=(8192, 4096, 4096)):
     RES.setdefault("layer_kernels", []).append(row)
 
 
+PROFILE_RECIPES = ("ufp4+sr16", "nvfp4+sr16", "ue5m3+sr16", "mxfp4+sr16")
+
+
 @section("QLinear profiles")
 def layer_profiles():
     """Each recipe's profile after the BF16 layer's, at M8192 N4096 K4096 (--profile-all-shapes:
     at every LINEAR shape); the kernels' GPU time summed, and its ratio to the BF16 layer's."""
-    names = ARGS.recipes.split(",") if ARGS.recipes else ("ufp4+sr16", "nvfp4+sr16", "ue5m3+sr16", "mxfp4+sr16")
+    names = ARGS.recipes.split(",") if ARGS.recipes else PROFILE_RECIPES
     for shape in LINEAR if ARGS.profile_all_shapes else LINEAR[:1]:
         for name in ("bf16", *names):
             if left() < 30:
