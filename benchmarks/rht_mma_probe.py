@@ -42,13 +42,46 @@ def _hadamard_dot_kernel(h_ptr, x_ptr, s_ptr, C, BM: tl.constexpr, BN: tl.conste
 
 
 @triton.jit
+def _amax_mma_tile(X, C, rows, c, h, m_row, m_exact, m_bound, BM: tl.constexpr, BN: tl.constexpr,
+                   UPCAST: tl.constexpr, PART: tl.constexpr):
+    """One 64-row tile into _amax_mma_kernel's running maxima. PART (timing only, the words then
+    wrong): 1 the MMA and max |S| alone, 2 the exactness test and row amax alone."""
+    x = tl.load(X + rows[:, None] * C + c[None, :])
+    mag = x.to(tl.int16, bitcast=True).to(tl.int32) & 0x7FFF
+    m_row = tl.maximum(m_row, tl.max(mag, axis=0))
+    if PART != 2:
+        # a non-finite x to 0: H's zeros would spread its NaN into the other blocks' sums (its
+        # own block is not exact: the bound sends it to the fallback)
+        x = tl.where((mag >> 7) == 255, 0.0, x.to(tl.float32)).to(tl.bfloat16)
+        s = tl.dot(h, x.to(tl.float32) if UPCAST else x, out_dtype=tl.float32)
+        s_bits = tl.max(tl.reshape(s.to(tl.int32, bitcast=True) & 0x7FFFFFFF, (BM // 16, 16, BN)), axis=1)
+    else:
+        s_bits = tl.zeros((BM // 16, BN), tl.int32)
+    if PART == 1:
+        m_exact = tl.maximum(m_exact, s_bits)
+    else:
+        e = tl.reshape(mag >> 7, (BM // 16, 16, BN))
+        nz = tl.reshape(mag != 0, (BM // 16, 16, BN))
+        emax = tl.max(e, axis=1)
+        emin = tl.min(tl.where(nz, e, 512), axis=1)
+        exact = (emax - emin <= 12) & (emax <= 249) & (emin >= 25)
+        xmax = tl.max(tl.reshape(mag, (BM // 16, 16, BN)), axis=1)
+        bound = (s_bits.to(tl.float32, bitcast=True) + (xmax << 16).to(tl.float32, bitcast=True) * (2.0 ** -14))
+        bound = tl.where(emax == 255, 0x7FFFFFFF, bound.to(tl.int32, bitcast=True))
+        m_exact = tl.maximum(m_exact, tl.where(exact, s_bits, 0))
+        m_bound = tl.maximum(m_bound, tl.where(exact, 0, bound))
+    return m_row, m_exact, m_bound
+
+
+@triton.jit
 def _amax_mma_kernel(X, AMAX_BITS, SIGNS_C, C, BM: tl.constexpr, BN: tl.constexpr, ITERS: tl.constexpr,
-                     UPCAST: tl.constexpr):
+                     UPCAST: tl.constexpr, PART: tl.constexpr = 0, STAGES: tl.constexpr = 0):
     """amax_gluon._amax_kernel's RHT_MODE 1 words for a bf16 x with a column RHT of 16 (TE's X and
     dY), the column RHT as one MMA a tile: [0] the row copy's amax (f32 bits of max |x|), [1]
     max |y| = |S| / 4 over the blocks amax_gluon's test calls exact, [2] the bound on the others
     (0x7FFFFFFF for a non-finite x). amax_gluon's RHT_MODE 2 launch then settles [1] as before.
-    H: 4 blocks of H16 . diag(signs) down the diagonal of a 64 x 64 bf16 A (+-1 and 0, exact)."""
+    H: 4 blocks of H16 . diag(signs) down the diagonal of a 64 x 64 bf16 A (+-1 and 0, exact).
+    STAGES: 0 the ITERS tiles unrolled; else a tl.range loop software-pipelined over that many."""
     gl_r = tl.arange(0, BM)
     i, j = gl_r[:, None], gl_r[None, :]
     p = i & j & 15
@@ -61,26 +94,14 @@ def _amax_mma_kernel(X, AMAX_BITS, SIGNS_C, C, BM: tl.constexpr, BN: tl.constexp
     m_row = tl.zeros((BN,), tl.int32)
     m_exact = tl.zeros((BM // 16, BN), tl.int32)
     m_bound = tl.zeros((BM // 16, BN), tl.int32)
-    for it in tl.static_range(ITERS):
-        rows = (tl.program_id(0) * ITERS + it) * BM + gl_r
-        x = tl.load(X + rows[:, None] * C + c[None, :])
-        mag = x.to(tl.int16, bitcast=True).to(tl.int32) & 0x7FFF
-        m_row = tl.maximum(m_row, tl.max(mag, axis=0))
-        # a non-finite x to 0: H's zeros would spread its NaN into the other blocks' sums (its
-        # own block is not exact: the bound sends it to the fallback)
-        x = tl.where((mag >> 7) == 255, 0.0, x.to(tl.float32)).to(tl.bfloat16)
-        s = tl.dot(h, x.to(tl.float32) if UPCAST else x, out_dtype=tl.float32)
-        s_bits = tl.max(tl.reshape(s.to(tl.int32, bitcast=True) & 0x7FFFFFFF, (BM // 16, 16, BN)), axis=1)
-        e = tl.reshape(mag >> 7, (BM // 16, 16, BN))
-        nz = tl.reshape(mag != 0, (BM // 16, 16, BN))
-        emax = tl.max(e, axis=1)
-        emin = tl.min(tl.where(nz, e, 512), axis=1)
-        exact = (emax - emin <= 12) & (emax <= 249) & (emin >= 25)
-        xmax = tl.max(tl.reshape(mag, (BM // 16, 16, BN)), axis=1)
-        bound = (s_bits.to(tl.float32, bitcast=True) + (xmax << 16).to(tl.float32, bitcast=True) * (2.0 ** -14))
-        bound = tl.where(emax == 255, 0x7FFFFFFF, bound.to(tl.int32, bitcast=True))
-        m_exact = tl.maximum(m_exact, tl.where(exact, s_bits, 0))
-        m_bound = tl.maximum(m_bound, tl.where(exact, 0, bound))
+    if STAGES == 0:
+        for it in tl.static_range(ITERS):
+            rows = (tl.program_id(0) * ITERS + it) * BM + gl_r
+            m_row, m_exact, m_bound = _amax_mma_tile(X, C, rows, c, h, m_row, m_exact, m_bound, BM, BN, UPCAST, PART)
+    else:
+        for it in tl.range(0, ITERS, num_stages=STAGES):
+            rows = (tl.program_id(0) * ITERS + it) * BM + gl_r
+            m_row, m_exact, m_bound = _amax_mma_tile(X, C, rows, c, h, m_row, m_exact, m_bound, BM, BN, UPCAST, PART)
     col = tl.max(tl.max(m_exact, axis=1), axis=0).to(tl.float32, bitcast=True) * 0.25  # |y| = |S| / 4, exact
     bound = tl.max(tl.max(m_bound, axis=1), axis=0).to(tl.float32, bitcast=True) * 0.25
     tl.atomic_max(AMAX_BITS, tl.max(m_row, axis=0) << 16)
@@ -160,11 +181,13 @@ def amax_pass_ab(shapes, reps: int) -> list[dict]:
                 launcher.run(ag._amax_kernel, g2, (x, bits, dummy, signs, R, C), k2)
                 return bits
 
-            def mma_pass(bm=64, bn=128, iters=4):
+            def mma_pass(bm=64, bn=128, iters=4, part=0, stages=0, warps=4):
                 bits = torch.zeros(4, dtype=torch.int32, device=DEV)
                 _amax_mma_kernel[(R // (bm * iters), C // bn)](x, bits, signs, C, BM=bm, BN=bn, ITERS=iters,
-                                                                UPCAST=SMOKE, num_warps=4)
-                launcher.run(ag._amax_kernel, g2, (x, bits, dummy, signs, R, C), k2)
+                                                                UPCAST=SMOKE, PART=part, STAGES=stages,
+                                                                num_warps=warps)
+                if part == 0:
+                    launcher.run(ag._amax_kernel, g2, (x, bits, dummy, signs, R, C), k2)
                 return bits
 
             a, b = gluon_pass(), mma_pass()
@@ -174,14 +197,20 @@ def amax_pass_ab(shapes, reps: int) -> list[dict]:
                        fallback=(bool(int(a[2]) > int(a[1])), bool(int(b[2]) > int(b[1]))))
             if not SMOKE:
                 runs = {"gluon": gluon_pass, "mma": mma_pass, "mma iters 2": lambda: mma_pass(iters=2),
-                        "mma 64x256 iters 2": lambda: mma_pass(bn=256, iters=2)}
+                        "mma iters 8, 3 stages": lambda: mma_pass(iters=8, stages=3),
+                        "mma iters 8, 3 stages, 8 warps": lambda: mma_pass(iters=8, stages=3, warps=8)}
                 row["same_words_variants"] = all(torch.equal(a[:2], f()[:2]) for f in runs.values())
+                # the parts alone (timing only: their words are not the pass's)
+                runs.update({"part: MMA + max |S| only": lambda: mma_pass(iters=8, stages=3, part=1),
+                             "part: exactness test + row amax only": lambda: mma_pass(iters=8, stages=3, part=2),
+                             "part: MMA only, unrolled": lambda: mma_pass(iters=2, part=1)})
                 t = {k: [] for k in runs}
                 for _ in range(reps):
                     for k, f in runs.items():
                         t[k].append(triton.testing.do_bench(f, rep=50))
                 med = {k: sorted(v)[len(v) // 2] * 1e3 for k, v in t.items()}
-                row.update(us=med, gluon_us=med["gluon"], mma_us=min(v for k, v in med.items() if k != "gluon"))
+                row.update(us=med, gluon_us=med["gluon"],
+                           mma_us=min(v for k, v in med.items() if k != "gluon" and not k.startswith("part")))
                 row["ratio"] = row["mma_us"] / row["gluon_us"]
             rows.append(row)
             print(row, flush=True)
