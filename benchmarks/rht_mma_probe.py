@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fourcast.kernels import reference as ref
+
 SMOKE = os.environ.get("BENCH_SMOKE") == "1"
 DEV = "cpu" if SMOKE else "cuda"
 
@@ -110,23 +112,16 @@ def _amax_mma_kernel(X, AMAX_BITS, SIGNS_C, C, BM: tl.constexpr, BN: tl.constexp
 
 
 def signed_hadamard(n: int, signs: torch.Tensor) -> torch.Tensor:
-    """H_n . diag(signs), entries +-1 (Sylvester order, as the FWHT butterflies of reference.rht_lastdim)."""
-    h = torch.ones((1, 1), dtype=torch.float64)
-    while h.shape[0] < n:
-        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return h * signs.double()[None, :]
+    """H_n . diag(signs), entries +-1 (reference.hadamard_matrix: the FWHT butterflies' order)."""
+    return ref.hadamard_matrix(n, torch.float64) * signs.double()[None, :]
 
 
 def exact_blocks(x: torch.Tensor) -> torch.Tensor:
-    """Per 16-row column block: True where amax_gluon's test proves f32 sums exact."""
-    e = (x.view(torch.int16).int() >> 7) & 0xFF  # bf16 exponent fields
-    nz = (x != 0)
+    """Per 16-row column block of x (R/16, C): True where the amax pass's test proves f32 sums
+    exact (reference.rht16_f32_exact)."""
     R, C = x.shape
-    e = e.reshape(R // 16, 16, C)
-    nz = nz.reshape(R // 16, 16, C)
-    emax = torch.where(nz, e, torch.zeros_like(e)).amax(1)
-    emin = torch.where(nz, e, torch.full_like(e, 512)).amin(1)
-    return ((emax - emin <= 12) & (emax <= 249) & (emin >= 25)) | (~nz.any(1))
+    blocks = x.reshape(R // 16, 16, C).permute(0, 2, 1).reshape(-1, 16)
+    return ref.rht16_f32_exact(blocks)[0].reshape(R // 16, C)
 
 
 def inputs(R: int, C: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -163,7 +158,6 @@ def amax_pass_ab(shapes, reps: int) -> list[dict]:
     (do_bench medians, in turns)."""
     from fourcast.kernels import amax_gluon as ag
     from fourcast.kernels import launcher
-    from fourcast.kernels import reference as ref
 
     signs = ref.rht_signs(16, "te").to(DEV).float()
     dummy = torch.zeros(1, device=DEV)

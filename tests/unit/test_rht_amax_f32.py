@@ -28,16 +28,7 @@ def butterflies(y: torch.Tensor, h: int = 1, last: int = 16) -> torch.Tensor:
     return y.reshape(-1, 16)
 
 
-def block_test(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(exact, max |x|) per block, as _rht16_amax_f32 decides them from the exponent fields:
-    the largest at most 249, the smallest nonzero at least 25 and within 12 of the largest (an
-    all-zero block: its smallest taken as 512, exact)."""
-    mag = x.view(torch.int16).to(torch.int32) & 0x7FFF
-    e = mag >> 7
-    emax = e.max(dim=1).values
-    emin = torch.where(mag == 0, 512, e).min(dim=1).values
-    exact = (emax - emin <= 12) & (emax <= 249) & (emin >= 25)
-    return exact, (mag.max(dim=1).values << 16).view(torch.float32)
+block_test = ref.rht16_f32_exact  # (exact, max |x|) per block, the kernel's decision
 
 
 def blocks(seed: int) -> torch.Tensor:

@@ -250,6 +250,19 @@ def hadamard_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
     return h
 
 
+def rht16_f32_exact(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(exact, max |x|) per row of bf16 blocks [blocks, 16], as the amax pass's f32 column RHT
+    decides them from the exponent fields (amax_gluon._rht16_amax_f32): f32 sums of the block
+    equal f64's where the largest field is at most 249, the smallest nonzero at least 25 and
+    within 12 of the largest (an all-zero block: its smallest taken as 512, exact)."""
+    mag = blocks.view(torch.int16).to(torch.int32) & 0x7FFF
+    e = mag >> 7
+    emax = e.max(dim=1).values
+    emin = torch.where(mag == 0, 512, e).min(dim=1).values
+    exact = (emax - emin <= 12) & (emax <= 249) & (emin >= 25)
+    return exact, (mag.max(dim=1).values << 16).view(torch.float32)
+
+
 def rht_signs(n: int, policy: str, seed: int = 0, device=None) -> torch.Tensor:
     """+-1 sign vector of an RHT of size n (f32). te: TE's fixed 16-vector, repeated;
     per-layer / per-step: sign i is negative when bit 0 of Philox word 0 at (seed, i)
